@@ -1,0 +1,56 @@
+"""The add-on: ``ADDONS = {"scrapy_polite.Addon": 500}`` wires everything."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+MIDDLEWARE = "scrapy_polite.middleware.PoliteProxyMiddleware"
+THROTTLE = "scrapy_polite.throttle.HostThrottle"
+STATS = "scrapy_polite.stats.PoliteStats"
+QUEUE = "scrapy_polite.queue.PolitePriorityQueue"
+#: Just before CookiesMiddleware (700), SplashMiddleware (725), HttpProxyMiddleware (750).
+MIDDLEWARE_PRIORITY = 650
+
+
+class Addon:
+    """Enables the middleware, the throttle, the stats and the host-aware queue.
+
+    It also takes over what Scrapy would otherwise do on top of the gates:
+    RetryMiddleware no longer retries rate-limit codes at once (the
+    middleware re-queues them after their cooldown), Scrapy's own per-slot
+    delay is set to 0 and AutoThrottle is turned off (at add-on priority,
+    so a project that sets them explicitly keeps its value, with a warning).
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(MIDDLEWARE), MIDDLEWARE_PRIORITY)
+        settings.set_in_component_priority_dict("EXTENSIONS", _load(THROTTLE), 500)
+        settings.set_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
+        if settings.get("SCHEDULER_PRIORITY_QUEUE") == "scrapy.pqueues.DownloaderAwarePriorityQueue":
+            settings.set("SCHEDULER_PRIORITY_QUEUE", QUEUE, "addon")
+        from .config import DEFAULTS
+
+        rate_codes = set(settings.getlist("POLITE_RATE_LIMIT_CODES") or DEFAULTS["POLITE_RATE_LIMIT_CODES"])
+        retry_codes = [c for c in settings.getlist("RETRY_HTTP_CODES") if int(c) not in {int(x) for x in rate_codes}]
+        settings.set("RETRY_HTTP_CODES", retry_codes, max(settings.getpriority("RETRY_HTTP_CODES") or 0, 15))
+        for name, value in (("DOWNLOAD_DELAY", 0), ("AUTOTHROTTLE_ENABLED", False)):
+            priority = settings.getpriority(name) or 0
+            if priority <= 15:
+                settings.set(name, value, "addon")
+            elif settings.get(name) not in (value, str(value)):
+                logger.warning(
+                    "scrapy-polite: %s=%r from your settings works on top of the POLITE_* gates "
+                    "and slows the crawl; remove it and tune POLITE_DELAY instead",
+                    name, settings.get(name),
+                )
+
+
+def _load(path: str) -> Any:
+    from scrapy.utils.misc import load_object
+
+    return load_object(path)

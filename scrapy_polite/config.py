@@ -1,0 +1,302 @@
+"""``POLITE_*`` settings, read once and validated into a typed config.
+
+Every component takes its numbers from :class:`PoliteConfig`; nothing else
+reads ``POLITE_*`` settings. A bad value raises :class:`PoliteConfigError`
+naming the setting, the value and what is expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from .endpoints import Endpoint, expand, read_proxies_file
+from .errors import PoliteConfigError
+
+#: Defaults, also used by the add-on and documented in the README table.
+DEFAULTS: dict[str, Any] = {
+    "POLITE_ENABLED": True,
+    "POLITE_PROXIES": [],
+    "POLITE_PROXIES_FILE": None,
+    "POLITE_PROXIES_FILE_CHECK_INTERVAL": 5.0,
+    "POLITE_GATEWAY_SESSIONS": 10,
+    "POLITE_HOST_CONCURRENCY": 2,
+    "POLITE_HOST_CONCURRENCY_MAX": None,
+    "POLITE_ENDPOINT_CONCURRENCY": 1,
+    "POLITE_DELAY": (0.8, 1.6),
+    "POLITE_HOST_KEY": "slot",
+    "POLITE_SESSION_POLICY": "fail",
+    "POLITE_SESSION_COOKIEJAR": True,
+    "POLITE_PROXY_RETRY_TIMES": 5,
+    "POLITE_ENDPOINT_BACKOFF": (2.0, 120.0),
+    "POLITE_ENDPOINT_MAX_FAILURES": 5,
+    "POLITE_BAN_CODES": [403],
+    "POLITE_BAN_DURATION": 600.0,
+    "POLITE_RATE_LIMIT_CODES": [429],
+    "POLITE_RETRY_AFTER_CODES": [503],
+    "POLITE_RETRY_AFTER_MAX": 300.0,
+    "POLITE_COOLDOWN": (5.0, 10.0),
+    "POLITE_RATE_RETRY_TIMES": 10,
+    "POLITE_BACKOFF_FACTOR": 0.5,
+    "POLITE_RECOVERY_WINDOW": 20.0,
+    "POLITE_HOST_PAUSE_ENDPOINTS": 3,
+    "POLITE_HOST_PAUSE_WINDOW": 10.0,
+    "POLITE_PARK_AFTER": 5,
+    "POLITE_PARK_TIME": (60.0, 1800.0),
+    "POLITE_ADAPTIVE": False,
+    "POLITE_DELAY_FLOOR": 0.2,
+    "POLITE_EXIT_IP_HEADERS": ["X-Proxy-Exit-IP", "X-Exit-IP", "X-Outgoing-IP"],
+    "POLITE_PROXY_ERROR_HEADERS": ["X-Proxy-Error"],
+    "POLITE_LEASE_TIMEOUT": None,
+    "POLITE_STATS_JSONL": None,
+    "POLITE_STATS_JSONL_MAX_BYTES": 100 * 1024 * 1024,
+    "POLITE_STATS_WINDOW": 60.0,
+    "POLITE_LOG_INTERVAL": 60.0,
+    "POLITE_PROMETHEUS_PORT": None,
+    "POLITE_PROMETHEUS_ADDRESS": "127.0.0.1",
+}
+
+
+@dataclass(frozen=True)
+class PoliteConfig:
+    """The validated ``POLITE_*`` settings of one crawler."""
+
+    enabled: bool
+    proxies: tuple[Any, ...]
+    proxies_file: str | None
+    proxies_file_check_interval: float
+    gateway_sessions: int
+    host_concurrency: int
+    host_concurrency_max: int
+    endpoint_concurrency: int
+    delay: tuple[float, float]
+    host_key: str
+    session_policy: str
+    session_cookiejar: bool
+    proxy_retry_times: int
+    endpoint_backoff: tuple[float, float]
+    endpoint_max_failures: int
+    ban_codes: frozenset[int]
+    ban_duration: float
+    rate_limit_codes: frozenset[int]
+    retry_after_codes: frozenset[int]
+    retry_after_max: float
+    cooldown: tuple[float, float]
+    rate_retry_times: int
+    backoff_factor: float
+    recovery_window: float
+    host_pause_endpoints: int
+    host_pause_window: float
+    park_after: int
+    park_time: tuple[float, float]
+    adaptive: bool
+    delay_floor: float
+    exit_ip_headers: tuple[str, ...]
+    proxy_error_headers: tuple[str, ...]
+    lease_timeout: float
+    stats_jsonl: str | None
+    stats_jsonl_max_bytes: int
+    stats_window: float
+    log_interval: float
+    prometheus_port: int | None
+    prometheus_address: str
+    endpoints: tuple[Endpoint, ...] = field(default=())
+    duplicates: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
+        r = _Reader(settings)
+        host_conc = r.int("POLITE_HOST_CONCURRENCY", minimum=1)
+        adaptive = r.bool("POLITE_ADAPTIVE")
+        conc_max = r.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1)
+        if conc_max is None:
+            conc_max = host_conc * 4 if adaptive else host_conc
+        elif conc_max < host_conc:
+            raise PoliteConfigError(
+                "POLITE_HOST_CONCURRENCY_MAX", conc_max,
+                f"an integer >= POLITE_HOST_CONCURRENCY ({host_conc})",
+            )
+        delay = r.range("POLITE_DELAY")
+        floor = r.float("POLITE_DELAY_FLOOR", minimum=0.0)
+        timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+        lease_timeout = r.optional_float("POLITE_LEASE_TIMEOUT", minimum=1.0)
+        cfg = cls(
+            enabled=r.bool("POLITE_ENABLED"),
+            proxies=tuple(r.list("POLITE_PROXIES")),
+            proxies_file=r.optional_str("POLITE_PROXIES_FILE"),
+            proxies_file_check_interval=r.float("POLITE_PROXIES_FILE_CHECK_INTERVAL", minimum=0.1),
+            gateway_sessions=r.int("POLITE_GATEWAY_SESSIONS", minimum=1),
+            host_concurrency=host_conc,
+            host_concurrency_max=conc_max,
+            endpoint_concurrency=r.int("POLITE_ENDPOINT_CONCURRENCY", minimum=1),
+            delay=delay,
+            host_key=r.choice("POLITE_HOST_KEY", ("slot", "hostname")),
+            session_policy=r.choice("POLITE_SESSION_POLICY", ("fail", "repin")),
+            session_cookiejar=r.bool("POLITE_SESSION_COOKIEJAR"),
+            proxy_retry_times=r.int("POLITE_PROXY_RETRY_TIMES", minimum=0),
+            endpoint_backoff=r.range("POLITE_ENDPOINT_BACKOFF", positive=True),
+            endpoint_max_failures=r.int("POLITE_ENDPOINT_MAX_FAILURES", minimum=1),
+            ban_codes=r.codes("POLITE_BAN_CODES"),
+            ban_duration=r.float("POLITE_BAN_DURATION", minimum=0.0),
+            rate_limit_codes=r.codes("POLITE_RATE_LIMIT_CODES"),
+            retry_after_codes=r.codes("POLITE_RETRY_AFTER_CODES"),
+            retry_after_max=r.float("POLITE_RETRY_AFTER_MAX", minimum=0.0),
+            cooldown=r.range("POLITE_COOLDOWN"),
+            rate_retry_times=r.int("POLITE_RATE_RETRY_TIMES", minimum=0),
+            backoff_factor=r.float("POLITE_BACKOFF_FACTOR", minimum=0.05, maximum=0.95),
+            recovery_window=r.float("POLITE_RECOVERY_WINDOW", minimum=0.1),
+            host_pause_endpoints=r.int("POLITE_HOST_PAUSE_ENDPOINTS", minimum=1),
+            host_pause_window=r.float("POLITE_HOST_PAUSE_WINDOW", minimum=0.1),
+            park_after=r.int("POLITE_PARK_AFTER", minimum=1),
+            park_time=r.range("POLITE_PARK_TIME", positive=True),
+            adaptive=adaptive,
+            delay_floor=min(floor, delay[0]),
+            exit_ip_headers=tuple(r.str_list("POLITE_EXIT_IP_HEADERS")),
+            proxy_error_headers=tuple(r.str_list("POLITE_PROXY_ERROR_HEADERS")),
+            lease_timeout=lease_timeout if lease_timeout is not None else timeout + 60.0,
+            stats_jsonl=r.optional_str("POLITE_STATS_JSONL"),
+            stats_jsonl_max_bytes=r.int("POLITE_STATS_JSONL_MAX_BYTES", minimum=1024),
+            stats_window=r.float("POLITE_STATS_WINDOW", minimum=1.0),
+            log_interval=r.float("POLITE_LOG_INTERVAL", minimum=0.0),
+            prometheus_port=r.optional_int("POLITE_PROMETHEUS_PORT", minimum=0),
+            prometheus_address=r.str("POLITE_PROMETHEUS_ADDRESS"),
+        )
+        if cfg.enabled:
+            endpoints, duplicates = cfg.load_endpoints()
+            object.__setattr__(cfg, "endpoints", tuple(endpoints))
+            object.__setattr__(cfg, "duplicates", tuple(duplicates))
+        return cfg
+
+    def load_endpoints(self) -> tuple[list[Endpoint], list[str]]:
+        """Endpoints from ``POLITE_PROXIES`` plus ``POLITE_PROXIES_FILE``.
+
+        Raises when there are none, since a pool of zero would hang the crawl.
+        """
+        entries: list[Any] = list(self.proxies)
+        if self.proxies_file:
+            try:
+                entries.extend(read_proxies_file(self.proxies_file))
+            except OSError as exc:
+                raise PoliteConfigError(
+                    "POLITE_PROXIES_FILE", self.proxies_file, f"a readable file ({exc.strerror})"
+                ) from None
+        setting = "POLITE_PROXIES_FILE" if self.proxies_file and not self.proxies else "POLITE_PROXIES"
+        endpoints, duplicates = expand(entries, self.gateway_sessions, setting)
+        if not endpoints:
+            raise PoliteConfigError(
+                "POLITE_PROXIES", list(self.proxies),
+                "at least one proxy URL (in POLITE_PROXIES or POLITE_PROXIES_FILE)",
+            )
+        return endpoints, duplicates
+
+
+class _Reader:
+    """Typed getters that raise :class:`PoliteConfigError` on bad values."""
+
+    def __init__(self, settings: BaseSettings) -> None:
+        self.settings = settings
+
+    def raw(self, name: str) -> Any:
+        value = self.settings.get(name)
+        return DEFAULTS[name] if value is None else value
+
+    def bool(self, name: str) -> bool:
+        value = self.raw(name)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, str)) and str(value).strip().lower() in {"0", "1", "true", "false"}:
+            return str(value).strip().lower() in {"1", "true"}
+        raise PoliteConfigError(name, value, "True or False")
+
+    def _number(self, name: str, value: Any, kind: type, minimum: float | None, maximum: float | None) -> Any:
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = kind(value)
+            if kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+        except (TypeError, ValueError):
+            raise PoliteConfigError(name, value, f"a{'n integer' if kind is int else ' number'}") from None
+        if number != number:  # NaN
+            raise PoliteConfigError(name, value, "a number")
+        if minimum is not None and number < minimum:
+            raise PoliteConfigError(name, value, f"a number >= {minimum}")
+        if maximum is not None and number > maximum:
+            raise PoliteConfigError(name, value, f"a number <= {maximum}")
+        return number
+
+    def int(self, name: str, minimum: int | None = None) -> int:
+        return self._number(name, self.raw(name), int, minimum, None)
+
+    def float(self, name: str, minimum: float | None = None, maximum: float | None = None) -> float:
+        return self._number(name, self.raw(name), float, minimum, maximum)
+
+    def optional_int(self, name: str, minimum: int | None = None) -> int | None:
+        value = self.settings.get(name, DEFAULTS[name])
+        return None if value in (None, "") else self._number(name, value, int, minimum, None)
+
+    def optional_float(self, name: str, minimum: float | None = None) -> float | None:
+        value = self.settings.get(name, DEFAULTS[name])
+        return None if value in (None, "") else self._number(name, value, float, minimum, None)
+
+    def str(self, name: str) -> str:
+        value = self.raw(name)
+        if not isinstance(value, str) or not value:
+            raise PoliteConfigError(name, value, "a non-empty string")
+        return value
+
+    def optional_str(self, name: str) -> str | None:
+        value = self.settings.get(name, DEFAULTS[name])
+        if value in (None, ""):
+            return None
+        if not isinstance(value, str):
+            raise PoliteConfigError(name, value, "a string or None")
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        value = self.raw(name)
+        if value not in choices:
+            raise PoliteConfigError(name, value, "one of " + ", ".join(repr(c) for c in choices))
+        return value
+
+    def list(self, name: str) -> list[Any]:
+        value = self.raw(name)
+        if isinstance(value, str):
+            # Command line (-s) and Scrapyd pass strings: comma/space separated.
+            return [v for v in value.replace(",", " ").split() if v]
+        if not isinstance(value, (list, tuple)):
+            raise PoliteConfigError(name, value, "a list")
+        return list(value)
+
+    def str_list(self, name: str) -> list[str]:
+        values = self.list(name)
+        if not all(isinstance(v, str) and v for v in values):
+            raise PoliteConfigError(name, values, "a list of non-empty strings")
+        return values
+
+    def codes(self, name: str) -> frozenset[int]:
+        out = set()
+        for v in self.list(name):
+            code = self._number(name, v, int, 100, 599)
+            out.add(code)
+        return frozenset(out)
+
+    def range(self, name: str, positive: bool = False) -> tuple[float, float]:
+        value = self.raw(name)
+        if isinstance(value, str):
+            value = [v for v in value.replace(",", " ").split() if v]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            # A single number d means "about d": jitter it by +-1/3.
+            low, high = float(value) * 2 / 3, float(value) * 4 / 3
+        elif isinstance(value, (list, tuple)) and len(value) == 2:
+            low = self._number(name, value[0], float, 0.0, None)
+            high = self._number(name, value[1], float, 0.0, None)
+        else:
+            raise PoliteConfigError(name, value, "(min, max) seconds, or one number of seconds")
+        if low < 0 or high < low:
+            raise PoliteConfigError(name, value, "(min, max) with 0 <= min <= max")
+        if positive and low <= 0:
+            raise PoliteConfigError(name, value, "(min, max) with 0 < min <= max")
+        return (low, high)

@@ -1,0 +1,542 @@
+"""The gate: who may send what, through which endpoint, and when.
+
+All pool, host and session state lives here, behind the small interface of
+:class:`Gate` (``acquire`` / ``release`` plus the setters the throttle and
+health checks use), so a shared backend can implement the same interface.
+:class:`LocalGate` is the in-memory implementation for one process.
+
+Scrapy's download slots do not enforce per-slot concurrency on the asyncio
+reactor, so the gate enforces every limit itself: requests wait here, in
+``process_request``, without blocking the reactor.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from twisted.internet.defer import Deferred
+
+from .endpoints import Endpoint
+from .errors import NoUsableEndpoints, SessionEndpointLost
+
+logger = logging.getLogger(__name__)
+
+CallLater = Callable[[float, Callable[[], None]], object]
+
+
+@dataclass
+class Lease:
+    """The right to send one request through one endpoint to one host."""
+
+    endpoint: Endpoint
+    host: str
+    session: str | None
+    granted_at: float
+    waited: float
+    released: bool = False
+
+
+@dataclass(eq=False)
+class _Waiter:
+    host: str
+    session: str | None
+    not_before: float
+    created: float
+    deferred: Deferred = field(repr=False)
+    done: bool = False
+
+
+@dataclass
+class EndpointState:
+    endpoint: Endpoint
+    inflight: int = 0
+    failures: int = 0
+    unhealthy_until: float = 0.0
+    removed: bool = False
+    sessions: int = 0
+    last_granted: float = 0.0
+    requests: int = 0
+
+
+@dataclass
+class _PairState:
+    next_allowed: float = 0.0
+    cooldown_until: float = 0.0
+    banned_until: float = 0.0
+
+
+@dataclass
+class HostState:
+    limit: int
+    delay: tuple[float, float]
+    inflight: int = 0
+    paused_until: float = 0.0
+    min_delay: float = 0.0
+    waiters: deque[_Waiter] = field(default_factory=deque, repr=False)
+
+
+@dataclass
+class SessionState:
+    key: str
+    endpoint_key: str | None = None
+    busy: bool = False
+    lost: str | None = None
+    requests: int = 0
+    queue: deque[_Waiter] = field(default_factory=deque, repr=False)
+
+
+class Gate(Protocol):
+    """What the middleware and the throttle need from pool state."""
+
+    def acquire(self, host: str, session: str | None = None, not_before: float = 0.0) -> Deferred: ...
+    def release(self, lease: Lease) -> None: ...
+    def host(self, host: str) -> HostState: ...
+    def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None: ...
+    def ban_endpoint(self, endpoint_key: str, host: str, seconds: float) -> None: ...
+    def pause_host(self, host: str, seconds: float) -> None: ...
+    def set_host_limit(self, host: str, limit: int) -> None: ...
+    def set_host_delay(self, host: str, delay: tuple[float, float]) -> None: ...
+    def endpoint_failed(self, endpoint_key: str) -> None: ...
+    def endpoint_ok(self, endpoint_key: str) -> None: ...
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]: ...
+    def sessions(self) -> dict[str, str | None]: ...
+    def close(self, reason: str) -> None: ...
+
+
+class LocalGate:
+    """In-memory :class:`Gate` for one crawler process."""
+
+    def __init__(
+        self,
+        endpoints: Iterable[Endpoint],
+        *,
+        host_concurrency: int,
+        endpoint_concurrency: int,
+        delay: tuple[float, float],
+        backoff: tuple[float, float],
+        max_failures: int,
+        session_policy: str = "fail",
+        call_later: CallLater | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        on_session_repinned: Callable[[str, str | None, str], None] | None = None,
+        on_all_unusable: Callable[[], None] | None = None,
+    ) -> None:
+        self.host_concurrency = host_concurrency
+        self.endpoint_concurrency = endpoint_concurrency
+        self.delay = delay
+        self.backoff = backoff
+        self.max_failures = max_failures
+        self.session_policy = session_policy
+        self._call_later = call_later or _reactor_call_later
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._on_session_repinned = on_session_repinned
+        self._on_all_unusable = on_all_unusable
+        self._endpoints: dict[str, EndpointState] = {}
+        # Endpoints with a free request slot, least recently granted first.
+        self._idle: OrderedDict[str, None] = OrderedDict()
+        self._hosts: dict[str, HostState] = {}
+        self._pairs: dict[tuple[str, str], _PairState] = {}
+        self._sessions: dict[str, SessionState] = {}
+        self._waiting_hosts: dict[str, None] = {}
+        self._timer: object | None = None
+        self._timer_at: float = float("inf")
+        self._closed: str | None = None
+        self.set_endpoints(endpoints)
+
+    # -- inspection -----------------------------------------------------
+
+    @property
+    def endpoints(self) -> dict[str, EndpointState]:
+        return self._endpoints
+
+    @property
+    def hosts(self) -> dict[str, HostState]:
+        return self._hosts
+
+    def sessions(self) -> dict[str, str | None]:
+        """Session key -> masked label of its pinned endpoint (None: not yet)."""
+        return {
+            key: (self._endpoints[s.endpoint_key].endpoint.label if s.endpoint_key else None)
+            for key, s in self._sessions.items()
+        }
+
+    def session_endpoint(self, key: str) -> Endpoint | None:
+        s = self._sessions.get(key)
+        return self._endpoints[s.endpoint_key].endpoint if s and s.endpoint_key else None
+
+    def waiting(self) -> int:
+        return sum(len(h.waiters) for h in self._hosts.values())
+
+    def host_load(self, host: str) -> int:
+        """Requests in flight plus waiting for *host* (for the scheduler queue)."""
+        h = self._hosts.get(host)
+        return h.inflight + len(h.waiters) if h else 0
+
+    def endpoint_usable(self, st: EndpointState) -> bool:
+        return not st.removed and st.failures < self.max_failures
+
+    def health_counts(self) -> dict[str, int]:
+        now = self._clock()
+        counts = {"healthy": 0, "cooling": 0, "dead": 0}
+        for st in self._endpoints.values():
+            if st.removed:
+                continue
+            if not self.endpoint_usable(st):
+                counts["dead"] += 1
+            elif st.unhealthy_until > now:
+                counts["cooling"] += 1
+            else:
+                counts["healthy"] += 1
+        return counts
+
+    # -- configuration --------------------------------------------------
+
+    def host(self, host: str) -> HostState:
+        h = self._hosts.get(host)
+        if h is None:
+            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+        return h
+
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
+        """Make the pool exactly *endpoints*; return (added, removed) labels.
+
+        A removed endpoint takes no new requests; its in-flight ones finish.
+        """
+        wanted = {e.key: e for e in endpoints}
+        added, removed = [], []
+        for key, ep in wanted.items():
+            st = self._endpoints.get(key)
+            if st is None:
+                self._endpoints[key] = EndpointState(ep)
+                self._idle[key] = None
+                self._idle.move_to_end(key, last=False)
+                added.append(ep.label)
+            elif st.removed:
+                st.removed = False
+                if st.inflight < self.endpoint_concurrency:
+                    self._idle[key] = None
+                added.append(ep.label)
+        for key, st in self._endpoints.items():
+            if key not in wanted and not st.removed:
+                st.removed = True
+                self._idle.pop(key, None)
+                removed.append(st.endpoint.label)
+        if removed:
+            self._handle_lost_endpoints({k for k, st in self._endpoints.items() if st.removed})
+        self._kick()
+        return added, removed
+
+    def set_host_limit(self, host: str, limit: int) -> None:
+        self.host(host).limit = max(1, limit)
+        self._kick()
+
+    def set_host_delay(self, host: str, delay: tuple[float, float]) -> None:
+        self.host(host).delay = delay
+
+    def set_host_min_delay(self, host: str, seconds: float) -> None:
+        self.host(host).min_delay = seconds
+
+    def pause_host(self, host: str, seconds: float) -> None:
+        h = self.host(host)
+        h.paused_until = max(h.paused_until, self._clock() + seconds)
+        self._kick()
+
+    def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None:
+        """No request through *endpoint_key* (to *host*, or anywhere) for *seconds*."""
+        until = self._clock() + seconds
+        if host is None:
+            st = self._endpoints.get(endpoint_key)
+            if st is not None:
+                st.unhealthy_until = max(st.unhealthy_until, until)
+        else:
+            pair = self._pair(endpoint_key, host)
+            pair.cooldown_until = max(pair.cooldown_until, until)
+        self._kick()
+
+    def ban_endpoint(self, endpoint_key: str, host: str, seconds: float) -> None:
+        pair = self._pair(endpoint_key, host)
+        pair.banned_until = max(pair.banned_until, self._clock() + seconds)
+        self._kick()
+
+    def endpoint_failed(self, endpoint_key: str) -> None:
+        """A connection-level failure: back off exponentially, then re-check."""
+        st = self._endpoints.get(endpoint_key)
+        if st is None:
+            return
+        st.failures += 1
+        base, cap = self.backoff
+        wait = min(cap, base * 2 ** (st.failures - 1))
+        st.unhealthy_until = self._clock() + wait
+        if not self.endpoint_usable(st):
+            self._handle_lost_endpoints({endpoint_key})
+            if self._on_all_unusable is not None and not any(
+                self.endpoint_usable(s) for s in self._endpoints.values()
+            ):
+                self._on_all_unusable()
+        self._kick()
+
+    def endpoint_ok(self, endpoint_key: str) -> None:
+        st = self._endpoints.get(endpoint_key)
+        if st is not None and st.failures:
+            st.failures = 0
+            st.unhealthy_until = 0.0
+
+    def close(self, reason: str) -> None:
+        """Fail every waiter, so the engine can close instead of hanging."""
+        if self._closed:
+            return
+        self._closed = reason
+        for h in self._hosts.values():
+            while h.waiters:
+                self._fail(h.waiters.popleft(), NoUsableEndpoints(reason))
+        self._waiting_hosts.clear()
+
+    # -- leasing --------------------------------------------------------
+
+    def acquire(self, host: str, session: str | None = None, not_before: float = 0.0) -> Deferred:
+        """A Deferred that fires with a :class:`Lease` when *host* may be sent to."""
+        now = self._clock()
+        waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)))
+        if self._closed:
+            waiter.deferred.errback(NoUsableEndpoints(self._closed))
+            return waiter.deferred
+        if session is not None:
+            s = self._sessions.get(session)
+            if s is None:
+                s = self._sessions[session] = SessionState(session)
+            if s.lost:
+                waiter.deferred.errback(SessionEndpointLost(s.lost))
+                return waiter.deferred
+            s.queue.append(waiter)
+        self.host(host).waiters.append(waiter)
+        self._waiting_hosts[host] = None
+        self._dispatch((host,))
+        return waiter.deferred
+
+    def release(self, lease: Lease) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        st = self._endpoints.get(lease.endpoint.key)
+        if st is not None:
+            st.inflight -= 1
+            if not st.removed and st.inflight < self.endpoint_concurrency:
+                self._idle[lease.endpoint.key] = None
+        h = self._hosts.get(lease.host)
+        if h is not None:
+            h.inflight -= 1
+        if lease.session is not None:
+            s = self._sessions.get(lease.session)
+            if s is not None:
+                s.busy = False
+        self._kick()
+
+    # -- internals --------------------------------------------------------
+
+    def _pair(self, endpoint_key: str, host: str) -> _PairState:
+        pair = self._pairs.get((endpoint_key, host))
+        if pair is None:
+            pair = self._pairs[(endpoint_key, host)] = _PairState()
+        return pair
+
+    def _cancel(self, waiter: _Waiter) -> None:
+        waiter.done = True
+        self._drop(waiter)
+
+    def _drop(self, waiter: _Waiter) -> None:
+        h = self._hosts.get(waiter.host)
+        if h is not None:
+            try:
+                h.waiters.remove(waiter)
+            except ValueError:
+                pass
+        if waiter.session is not None:
+            s = self._sessions.get(waiter.session)
+            if s is not None:
+                try:
+                    s.queue.remove(waiter)
+                except ValueError:
+                    pass
+
+    def _fail(self, waiter: _Waiter, exc: Exception) -> None:
+        if waiter.done:
+            return
+        waiter.done = True
+        if waiter.session is not None:
+            s = self._sessions.get(waiter.session)
+            if s is not None:
+                try:
+                    s.queue.remove(waiter)
+                except ValueError:
+                    pass
+        waiter.deferred.errback(exc)
+
+    def _handle_lost_endpoints(self, keys: set[str]) -> None:
+        for s in self._sessions.values():
+            if s.endpoint_key not in keys:
+                continue
+            old = self._endpoints[s.endpoint_key].endpoint.label
+            if self.session_policy == "repin":
+                self._endpoints[s.endpoint_key].sessions -= 1
+                s.endpoint_key = None
+                if self._on_session_repinned is not None:
+                    self._on_session_repinned(s.key, old, "endpoint unusable")
+                continue
+            s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
+            for w in list(s.queue):
+                self._drop(w)
+                self._fail(w, SessionEndpointLost(s.lost))
+
+    def _kick(self) -> None:
+        if self._waiting_hosts:
+            self._dispatch(tuple(self._waiting_hosts))
+
+    def _dispatch(self, hosts: Iterable[str]) -> None:
+        now = self._clock()
+        wake = float("inf")
+        for host in hosts:
+            h = self._hosts.get(host)
+            if h is None:
+                continue
+            wake = min(wake, self._dispatch_host(host, h, now))
+            if not h.waiters:
+                self._waiting_hosts.pop(host, None)
+        if wake < float("inf"):
+            self._schedule(wake)
+
+    def _dispatch_host(self, host: str, h: HostState, now: float) -> float:
+        """Grant what can be granted for *host*; return when to look again."""
+        wake = float("inf")
+        while h.waiters and h.inflight < h.limit:
+            if h.paused_until > now:
+                return h.paused_until
+            granted = False
+            rotation_blocked = False  # no free endpoint for any unpinned waiter
+            for waiter in h.waiters:
+                if waiter.not_before > now:
+                    wake = min(wake, waiter.not_before)
+                    continue
+                if rotation_blocked and waiter.session is None:
+                    continue
+                st, when = self._pick(waiter, h, now)
+                if st is None:
+                    wake = min(wake, when)
+                    rotation_blocked = rotation_blocked or waiter.session is None
+                    continue
+                h.waiters.remove(waiter)
+                self._grant(waiter, st, h, now)
+                granted = True
+                break
+            if not granted:
+                break
+        return wake
+
+    def _pick(self, waiter: _Waiter, h: HostState, now: float) -> tuple[EndpointState | None, float]:
+        """The endpoint *waiter* can use now, or (None, when to look again)."""
+        if waiter.session is not None:
+            s = self._sessions[waiter.session]
+            if s.busy or not s.queue or s.queue[0] is not waiter:
+                return None, float("inf")
+            if s.endpoint_key is None:
+                key = self._choose_for_session(waiter.host, now)
+                if key is None:
+                    return None, self._next_health_change(now)
+                s.endpoint_key = key
+                self._endpoints[key].sessions += 1
+            st = self._endpoints[s.endpoint_key]
+            if st.inflight >= self.endpoint_concurrency:
+                return None, float("inf")
+            ready = self._ready_at(st, waiter.host, now)
+            return (st, 0.0) if ready <= now else (None, ready)
+        wake = float("inf")
+        for key in self._idle:
+            st = self._endpoints[key]
+            ready = self._ready_at(st, waiter.host, now)
+            if ready <= now:
+                return st, 0.0
+            wake = min(wake, ready)
+        return None, wake
+
+    def _ready_at(self, st: EndpointState, host: str, now: float) -> float:
+        if not self.endpoint_usable(st) and st.unhealthy_until <= now:
+            # Dead endpoints are still re-checked, at the longest backoff.
+            st.unhealthy_until = now + self.backoff[1]
+        ready = st.unhealthy_until
+        pair = self._pairs.get((st.endpoint.key, host))
+        if pair is not None:
+            ready = max(ready, pair.next_allowed, pair.cooldown_until, pair.banned_until)
+        return ready
+
+    def _choose_for_session(self, host: str, now: float) -> str | None:
+        best: tuple[int, float, float] | None = None
+        best_key = None
+        for key, st in self._endpoints.items():
+            if not self.endpoint_usable(st):
+                continue
+            pair = self._pairs.get((key, host))
+            if pair is not None and pair.banned_until > now:
+                continue
+            rank = (st.sessions, max(st.unhealthy_until, now), st.last_granted)
+            if best is None or rank < best:
+                best, best_key = rank, key
+        return best_key
+
+    def _next_health_change(self, now: float) -> float:
+        times = [st.unhealthy_until for st in self._endpoints.values() if st.unhealthy_until > now]
+        return min(times, default=now + 1.0)
+
+    def _grant(self, waiter: _Waiter, st: EndpointState, h: HostState, now: float) -> None:
+        key = st.endpoint.key
+        st.inflight += 1
+        st.requests += 1
+        st.last_granted = now
+        if st.inflight >= self.endpoint_concurrency:
+            self._idle.pop(key, None)
+        else:
+            self._idle.move_to_end(key)
+        h.inflight += 1
+        low, high = h.delay
+        spacing = max(self._rng.uniform(low, high), h.min_delay)
+        self._pair(key, waiter.host).next_allowed = now + spacing
+        if waiter.session is not None:
+            s = self._sessions[waiter.session]
+            s.busy = True
+            s.requests += 1
+            s.queue.popleft()
+        waiter.done = True
+        lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created)
+        waiter.deferred.callback(lease)
+
+    def _schedule(self, at: float) -> None:
+        if self._timer is not None and self._timer_at <= at:
+            return
+        if self._timer is not None:
+            _cancel_timer(self._timer)
+        self._timer_at = at
+        self._timer = self._call_later(max(0.0, at - self._clock()), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        self._kick()
+
+
+def _reactor_call_later(delay: float, func: Callable[[], None]) -> object:
+    from twisted.internet import reactor
+
+    return reactor.callLater(delay, func)  # type: ignore[attr-defined]
+
+
+def _cancel_timer(timer: object) -> None:
+    cancel = getattr(timer, "cancel", None)
+    active = getattr(timer, "active", None)
+    if cancel is not None and (active is None or active()):
+        cancel()

@@ -1,0 +1,453 @@
+"""PoliteProxyMiddleware: one endpoint per request, enforced gates, re-queues.
+
+Enable it with the add-on (``ADDONS = {"scrapy_polite.Addon": 500}``), which
+places it at 650: after RedirectMiddleware (600) in the request chain and
+before CookiesMiddleware (700), SplashMiddleware (725) and
+HttpProxyMiddleware (750). So it sees raw 429s before Redirect and Retry
+do, can pick a per-session cookie jar, can hand the proxy to Splash before
+the Splash arguments are serialised, and sets ``meta['proxy']`` before
+HttpProxyMiddleware derives ``Proxy-Authorization`` from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet.error import (
+    ConnectError,
+    ConnectionLost,
+    ConnectionRefusedError,
+    DNSLookupError,
+    TCPTimedOutError,
+    TimeoutError,
+)
+from twisted.web.client import ResponseNeverReceived
+
+from . import signals as polite_signals
+from .endpoints import expand, read_proxies_file
+from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
+from .gate import Lease
+from .outcome import Outcome
+from .retry_after import parse_retry_after
+from .runtime import get_runtime
+
+try:  # Scrapy >= 2.13 keeps it here; the class moved between releases.
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+except ImportError:  # pragma: no cover
+    TunnelError = None  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+LEASE_KEY = "_polite_lease"
+NOT_BEFORE_KEY = "_polite_not_before"
+#: Exceptions that say the proxy (not the target) failed.
+PROXY_ERRORS: tuple[type[BaseException], ...] = (
+    ConnectionRefusedError,
+    ConnectError,
+    TCPTimedOutError,
+    TimeoutError,
+    DNSLookupError,
+    ResponseNeverReceived,
+    ConnectionLost,
+) + ((TunnelError,) if TunnelError is not None else ())
+
+
+def is_splash(request: Request) -> bool:
+    return bool(request.meta.get("splash"))
+
+
+class PoliteProxyMiddleware:
+    """Assigns each request an endpoint and holds it until the gates allow."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        rt = get_runtime(crawler)
+        if not rt.config.enabled:
+            raise NotConfigured("POLITE_ENABLED is False")
+        self.crawler = crawler
+        self.runtime = rt
+        self.config = rt.config
+        self.gate = rt.gate
+        self.stats = crawler.stats
+        self._rng = random.Random()
+        self._file_mtime: float | None = None
+        self._loops: list[Any] = []
+        self._closing = False
+        rt.middleware = self
+        self.gate._on_all_unusable = self._all_unusable
+        self.gate._on_session_repinned = self._session_repinned
+        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:
+        return cls(crawler)
+
+    # -- lifecycle --------------------------------------------------------
+
+    def _spider_opened(self, spider: Any) -> None:
+        cfg = self.config
+        labels = [e.label for e in cfg.endpoints]
+        shown = ", ".join(labels[:5]) + (f", ... (+{len(labels) - 5})" if len(labels) > 5 else "")
+        logger.info(
+            "scrapy-polite: %(n)d endpoints [%(shown)s]; host concurrency %(hc)d (max %(hm)d), "
+            "%(ec)d request(s) per endpoint, delay %(lo).2f-%(hi).2f s%(adaptive)s",
+            {
+                "n": len(labels), "shown": shown, "hc": cfg.host_concurrency,
+                "hm": cfg.host_concurrency_max, "ec": cfg.endpoint_concurrency,
+                "lo": cfg.delay[0], "hi": cfg.delay[1],
+                "adaptive": ", adaptive" if cfg.adaptive else "",
+            },
+            extra={"spider": spider},
+        )
+        for label in cfg.duplicates:
+            logger.warning("scrapy-polite: duplicate proxy %s ignored", label, extra={"spider": spider})
+        self.stats.set_value("polite/endpoints", len(labels))
+        from twisted.internet import task
+
+        loops = [(task.LoopingCall(self._watch_engine), 0.5)]
+        if cfg.proxies_file:
+            self._file_mtime = _mtime(cfg.proxies_file)
+            loops.append((task.LoopingCall(self._reload_proxies_file), cfg.proxies_file_check_interval))
+        for loop, interval in loops:
+            loop.start(interval, now=False)
+            self._loops.append(loop)
+
+    def _spider_closed(self, spider: Any, reason: str) -> None:
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops.clear()
+        self.stats.set_value("polite/sessions", len(self.gate.sessions()))
+
+    def _watch_engine(self) -> None:
+        """Release waiters once the engine starts closing, so it need not wait for them."""
+        engine = getattr(self.crawler, "engine", None)
+        slot = getattr(engine, "_slot", None)
+        if engine is not None and (not engine.running or getattr(slot, "closing", None) is not None):
+            self._closing = True
+            self.gate.close("spider closing")
+
+    def _reload_proxies_file(self) -> None:
+        path = self.config.proxies_file
+        assert path is not None
+        mtime = _mtime(path)
+        if mtime == self._file_mtime:
+            return
+        self._file_mtime = mtime
+        try:
+            entries = list(self.config.proxies) + read_proxies_file(path)
+            endpoints, _ = expand(entries, self.config.gateway_sessions, "POLITE_PROXIES_FILE")
+        except (OSError, PoliteConfigError) as exc:
+            logger.error("scrapy-polite: kept the current pool, %s could not be used: %s", path, exc)
+            return
+        if not endpoints:
+            logger.error("scrapy-polite: kept the current pool, %s lists no proxy", path)
+            return
+        added, removed = self.gate.set_endpoints(endpoints)
+        if added or removed:
+            logger.info(
+                "scrapy-polite: %s changed: %d endpoint(s) added %s, %d removed %s",
+                path, len(added), added, len(removed), removed,
+            )
+            self.stats.inc_value("polite/pool_reloads")
+        self.stats.set_value("polite/endpoints", sum(not s.removed for s in self.gate.endpoints.values()))
+
+    def _all_unusable(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        logger.error(
+            "scrapy-polite: every endpoint is dead or removed (%d failures in a row each); "
+            "closing the spider", self.config.endpoint_max_failures,
+        )
+        self.gate.close("no usable endpoints")
+        engine = self.crawler.engine
+        if engine is None:
+            return
+        reason = "polite_no_usable_endpoints"
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+        else:  # Scrapy < 2.14
+            engine.close_spider(self.crawler.spider, reason)
+
+    def _session_repinned(self, session: str, old: str | None, reason: str) -> None:
+        logger.warning("scrapy-polite: session %r leaves %s (%s); it gets a new endpoint", session, old, reason)
+        self.stats.inc_value("polite/sessions/repinned")
+        self.crawler.signals.send_catch_log(
+            polite_signals.session_repinned, session=session, old=old, reason=reason
+        )
+
+    # -- keys ---------------------------------------------------------------
+
+    def host_key(self, request: Request) -> str:
+        """The key the host gate limits: the download slot (as Scrapy groups) or hostname."""
+        if self.config.host_key == "slot":
+            slot = request.meta.get("download_slot")
+            if slot:
+                return str(slot)
+        return urlparse_cached(request).hostname or ""
+
+    # -- downloader middleware API ----------------------------------------
+
+    async def process_request(self, request: Request, spider: Any = None) -> None:
+        meta = request.meta
+        if meta.get("polite") is False or meta.get("dont_proxy"):
+            return None
+        lease: Lease | None = meta.get(LEASE_KEY)
+        if lease is not None and not lease.released and meta.get("_splash_processed"):
+            # Second pass of a Splash request: the lease from the first pass holds.
+            return None
+        session = meta.get("polite_session")
+        if session is not None:
+            session = str(session)
+            if self.config.session_cookiejar and "cookiejar" not in meta:
+                meta["cookiejar"] = f"polite:{session}"
+        host = self.host_key(request)
+        not_before = meta.pop(NOT_BEFORE_KEY, 0.0)
+        if not_before:
+            # Stored as wall time so it survives a trip through a disk queue.
+            not_before = time.monotonic() + max(0.0, not_before - time.time())
+        arrived = time.monotonic()
+        lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before))
+        meta[LEASE_KEY] = lease
+        meta["polite_endpoint"] = lease.endpoint.label
+        meta["polite_wait"] = time.monotonic() - arrived
+        meta["polite_host"] = host
+        if is_splash(request):
+            meta["splash"].setdefault("args", {})["proxy"] = lease.endpoint.url
+            meta.pop("proxy", None)
+        else:
+            meta["proxy"] = lease.endpoint.url
+        return None
+
+    def _request_left(self, request: Request, spider: Any = None) -> None:
+        lease = request.meta.get(LEASE_KEY)
+        if lease is not None:
+            self.gate.release(lease)
+
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Any:
+        lease: Lease | None = request.meta.get(LEASE_KEY)
+        if lease is None:
+            return response
+        self.gate.release(lease)
+        ep = lease.endpoint
+        status = response.status
+        cfg = self.config
+        proxy_side = any(h in response.headers for h in cfg.proxy_error_headers)
+        retry_after_header = response.headers.get(b"Retry-After")
+        rate_limited = status in cfg.rate_limit_codes or (
+            status in cfg.retry_after_codes and retry_after_header is not None
+        )
+        if status == 407:
+            self._endpoint_failed(lease, "407 Proxy Authentication Required")
+            self._record(request, lease, response=response, proxy_side=True)
+            return self._requeue(request, "proxy", lease, response=response)
+        if rate_limited:
+            delay = self._cooldown(retry_after_header)
+            if proxy_side:
+                self.gate.cool_endpoint(ep.key, None, delay)
+            elif self.runtime.throttle is not None:
+                self.runtime.throttle.rate_limited(lease.host, ep, delay, status)
+            else:
+                self.gate.cool_endpoint(ep.key, lease.host, delay)
+            self._record(request, lease, response=response, rate_limited=True, proxy_side=proxy_side)
+            return self._requeue(request, "rate", lease, response=response, delay=delay)
+        self.gate.endpoint_ok(ep.key)
+        if status in cfg.ban_codes and not proxy_side:
+            self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
+            self.stats.inc_value("polite/bans")
+            logger.warning(
+                "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
+                lease.host, status, ep.label, lease.host, cfg.ban_duration,
+            )
+            self._record(request, lease, response=response)
+            return self._requeue(request, "ban", lease, response=response)
+        if self.runtime.throttle is not None:
+            self.runtime.throttle.ok(lease.host, status)
+        self._record(request, lease, response=response)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
+        lease: Lease | None = request.meta.get(LEASE_KEY)
+        if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
+            self.stats.inc_value(f"polite/gave_up/{type(exception).__name__}")
+            self._emit(_failure_outcome(request, exception, self.host_key(request), gave_up=True))
+            if isinstance(exception, SessionEndpointLost):
+                logger.error("scrapy-polite: gave up %s: %s", request.url, exception)
+            return None
+        if lease is None:
+            return None
+        self.gate.release(lease)
+        if TunnelError is not None and isinstance(exception, TunnelError) and "429" in str(exception):
+            delay = self._cooldown(None)
+            self.gate.cool_endpoint(lease.endpoint.key, None, delay)
+            self._record(request, lease, exception=exception, rate_limited=True, proxy_side=True)
+            return self._requeue(request, "rate", lease, exception=exception, delay=delay)
+        if isinstance(exception, PROXY_ERRORS):
+            self._endpoint_failed(lease, type(exception).__name__)
+            self._record(request, lease, exception=exception, proxy_side=True)
+            return self._requeue(request, "proxy", lease, exception=exception)
+        self._record(request, lease, exception=exception)
+        return None
+
+    # -- helpers ----------------------------------------------------------
+
+    def _cooldown(self, header: bytes | None) -> float:
+        low, high = self.config.cooldown
+        seconds = parse_retry_after(header)
+        if seconds is None:
+            seconds = self._rng.uniform(low, high)
+        return min(seconds, self.config.retry_after_max)
+
+    def _endpoint_failed(self, lease: Lease, reason: str) -> None:
+        st = self.gate.endpoints.get(lease.endpoint.key)
+        before = st.failures if st else 0
+        self.gate.endpoint_failed(lease.endpoint.key)
+        self.stats.inc_value("polite/endpoint_failures")
+        if st is not None:
+            state = "dead" if not self.gate.endpoint_usable(st) else "backoff"
+            logger.log(
+                logging.WARNING if before == 0 or state == "dead" else logging.DEBUG,
+                "scrapy-polite: endpoint %s failed (%s), %d in a row; %s until re-check",
+                lease.endpoint.label, reason, st.failures, state,
+            )
+            self.crawler.signals.send_catch_log(
+                polite_signals.endpoint_health_changed,
+                endpoint=lease.endpoint.label, state=state, reason=reason,
+            )
+
+    def _requeue(
+        self,
+        request: Request,
+        kind: str,
+        lease: Lease,
+        *,
+        response: Response | None = None,
+        exception: Exception | None = None,
+        delay: float = 0.0,
+    ) -> Any:
+        """Send *request* back to the scheduler, or give it up when its budget is spent.
+
+        Each kind has its own budget, separate from RETRY_TIMES, so a 429
+        storm does not use up the retries meant for server errors.
+        """
+        budgets = {
+            "rate": self.config.rate_retry_times,
+            "proxy": self.config.proxy_retry_times,
+            "ban": min(2, self.config.proxy_retry_times),
+        }
+        counter = f"polite_{kind}_retries"
+        done = request.meta.get(counter, 0)
+        if done >= budgets[kind]:
+            what = response.status if response is not None else type(exception).__name__
+            logger.error(
+                "scrapy-polite: gave up %s after %d %s re-queue(s) (last: %s via %s)",
+                request.url, done, kind, what, lease.endpoint.label,
+            )
+            self.stats.inc_value("polite/gave_up")
+            self.stats.inc_value(f"polite/gave_up/{kind}")
+            self.crawler.signals.send_catch_log(
+                polite_signals.request_gave_up, request=request, reason=f"{kind}: {what}"
+            )
+            if response is not None:
+                return response
+            return None
+        new = request.replace(dont_filter=True)
+        new.meta[counter] = done + 1
+        new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
+        new.meta.pop(LEASE_KEY, None)
+        new.meta.pop("proxy", None)
+        if delay:
+            new.meta[NOT_BEFORE_KEY] = time.time() + delay
+        self.stats.inc_value(f"polite/requeued/{kind}")
+        if kind == "rate":
+            self.crawler.signals.send_catch_log(
+                polite_signals.request_rate_limited,
+                request=request, host=lease.host, endpoint=lease.endpoint.label, delay=delay,
+            )
+        logger.debug(
+            "scrapy-polite: re-queued %s (%s via %s, not before %.1f s)",
+            request.url, kind, lease.endpoint.label, delay,
+        )
+        return new
+
+    def exit_ip(self, lease: Lease, response: Response | None) -> tuple[str | None, str | None]:
+        if response is not None:
+            for name in self.config.exit_ip_headers:
+                value = response.headers.get(name)
+                if value:
+                    return value.decode("latin-1").strip(), "header"
+        if lease.endpoint.static_exit_ip:
+            return lease.endpoint.static_exit_ip, "static"
+        probe = getattr(self.runtime.stats, "probed_exit_ip", None)
+        if probe is not None:
+            ip = probe(lease.endpoint.key)
+            if ip:
+                return ip, "probe"
+        return None, None
+
+    def _record(
+        self,
+        request: Request,
+        lease: Lease,
+        *,
+        response: Response | None = None,
+        exception: Exception | None = None,
+        rate_limited: bool = False,
+        proxy_side: bool = False,
+    ) -> None:
+        exit_ip, source = self.exit_ip(lease, response)
+        self._emit(
+            Outcome(
+                time=time.time(),
+                url=request.url,
+                host=lease.host,
+                endpoint=lease.endpoint.label,
+                session=lease.session,
+                status=response.status if response is not None else None,
+                exception=type(exception).__name__ if exception is not None else None,
+                wait=lease.waited,
+                latency=request.meta.get("download_latency"),
+                exit_ip=exit_ip,
+                exit_ip_source=source,
+                requeues=request.meta.get("polite_requeues", 0),
+                rate_limited=rate_limited,
+                proxy_side=proxy_side,
+            )
+        )
+
+    def _emit(self, outcome: Outcome) -> None:
+        self.crawler.signals.send_catch_log(polite_signals.outcome_recorded, outcome=outcome)
+
+
+def _failure_outcome(request: Request, exc: Exception, host: str, gave_up: bool) -> Outcome:
+    return Outcome(
+        time=time.time(), url=request.url, host=host, endpoint=None,
+        session=request.meta.get("polite_session"), status=None,
+        exception=type(exc).__name__, wait=0.0, latency=None, exit_ip=None,
+        exit_ip_source=None, requeues=request.meta.get("polite_requeues", 0),
+        rate_limited=False, gave_up=gave_up,
+    )
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None

@@ -1,0 +1,40 @@
+"""The record of one finished request, shared by the middleware and stats."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one request attempt, as the stats report it.
+
+    ``exit_ip`` is never ``response.ip_address`` behind a proxy (that is the
+    proxy's address); ``exit_ip_source`` says where it came from:
+    ``"header"`` (provider header), ``"static"`` (configured), ``"probe"``,
+    ``"direct"`` (no proxy) or ``None`` (unknown).
+    """
+
+    time: float
+    url: str
+    host: str
+    endpoint: str | None
+    session: str | None
+    status: int | None
+    exception: str | None
+    wait: float
+    latency: float | None
+    exit_ip: str | None
+    exit_ip_source: str | None
+    requeues: int
+    rate_limited: bool
+    proxy_side: bool = False
+    gave_up: bool = False
+
+    @property
+    def success(self) -> bool:
+        return self.status is not None and 200 <= self.status < 400 and not self.rate_limited
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,57 @@
+"""Per-crawler wiring: one config and one gate shared by all components.
+
+Scrapy builds extensions and middlewares separately; they meet here instead
+of through attributes set on the crawler.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .config import PoliteConfig
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from .gate import LocalGate
+
+
+class Runtime:
+    """Shared state of one crawler: the validated config and the gate."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.config = PoliteConfig.from_settings(crawler.settings)
+        self._gate: LocalGate | None = None
+        self.throttle: Any = None
+        self.stats: Any = None
+        self.middleware: Any = None
+
+    @property
+    def gate(self) -> LocalGate:
+        if self._gate is None:
+            from .gate import LocalGate
+
+            cfg = self.config
+            self._gate = LocalGate(
+                cfg.endpoints,
+                host_concurrency=cfg.host_concurrency,
+                endpoint_concurrency=cfg.endpoint_concurrency,
+                delay=cfg.delay,
+                backoff=cfg.endpoint_backoff,
+                max_failures=cfg.endpoint_max_failures,
+                session_policy=cfg.session_policy,
+            )
+        return self._gate
+
+
+_runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
+
+
+def get_runtime(crawler: Crawler) -> Runtime:
+    """The :class:`Runtime` of *crawler*, created (and validated) on first use."""
+    rt = _runtimes.get(crawler)
+    if rt is None:
+        rt = _runtimes[crawler] = Runtime(crawler)
+    return rt

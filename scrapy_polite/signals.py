@@ -1,0 +1,27 @@
+"""Signals scrapy-polite sends through ``crawler.signals``.
+
+Connect with ``crawler.signals.connect(handler, signal=polite_signals.X)``.
+"""
+
+#: A host's concurrency, delay or pause changed.
+#: Args: ``host``, ``old`` (dict), ``new`` (dict), ``reason`` (str).
+host_throttle_changed = object()
+
+#: A request got a rate-limit answer and was re-queued after a cooldown.
+#: Args: ``request``, ``host``, ``endpoint`` (masked label), ``delay`` (s).
+request_rate_limited = object()
+
+#: A request ran out of its re-queue budget and was given up.
+#: Args: ``request``, ``reason`` (str).
+request_gave_up = object()
+
+#: An endpoint's health changed. Args: ``endpoint`` (label), ``state``, ``reason``.
+endpoint_health_changed = object()
+
+#: A session was moved to another endpoint (``POLITE_SESSION_POLICY='repin'``).
+#: Args: ``session``, ``old`` (label or None), ``reason``.
+session_repinned = object()
+
+#: One request finished (response or failure). Args: ``outcome``
+#: (:class:`scrapy_polite.outcome.Outcome`).
+outcome_recorded = object()

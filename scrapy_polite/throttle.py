@@ -1,0 +1,217 @@
+"""HostThrottle: adapts each host's concurrency and spacing to its 429s.
+
+AIMD, as TCP does it: a rate signal halves the host's concurrency for the
+whole pool (floor 1) and widens its spacing; a window of clean responses
+adds one back (up to ``POLITE_HOST_CONCURRENCY_MAX``) and narrows spacing
+toward ``POLITE_DELAY`` (or, with ``POLITE_ADAPTIVE``, below it down to
+``POLITE_DELAY_FLOOR``). 429s from several endpoints at once mean a
+host-wide limit, so the whole host pauses; a host that keeps answering 429
+at the floor is parked for a growing interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from . import signals as polite_signals
+from .runtime import get_runtime
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from .config import PoliteConfig
+    from .endpoints import Endpoint
+    from .gate import LocalGate
+
+logger = logging.getLogger(__name__)
+
+#: How much a 429 widens spacing, and how much a clean window narrows it.
+DELAY_GROWTH = 1.5
+DELAY_SHRINK = 0.85
+#: Spacing never grows past this multiple of ``POLITE_DELAY``.
+DELAY_CEILING = 4.0
+
+
+@dataclass
+class _HostPolicy:
+    last_change: float = 0.0
+    last_decrease: float = -1e9
+    last_signal: float = -1e9
+    recent: deque[tuple[float, str]] = field(default_factory=deque)
+    floor_hits: int = 0
+    parks: int = 0
+    clean: int = 0
+
+
+class ThrottlePolicy:
+    """The decisions, free of Scrapy, so they can be tested on their own."""
+
+    def __init__(
+        self,
+        config: PoliteConfig,
+        gate: LocalGate,
+        clock: Callable[[], float] = time.monotonic,
+        notify: Callable[[str, dict[str, Any], dict[str, Any], str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.gate = gate
+        self.clock = clock
+        self.notify = notify or (lambda *a: None)
+        self._hosts: dict[str, _HostPolicy] = {}
+
+    def _policy(self, host: str) -> _HostPolicy:
+        p = self._hosts.get(host)
+        if p is None:
+            p = self._hosts[host] = _HostPolicy(last_change=self.clock())
+        return p
+
+    def _snapshot(self, host: str) -> dict[str, Any]:
+        h = self.gate.host(host)
+        return {"concurrency": h.limit, "delay": h.delay, "paused_until": h.paused_until}
+
+    def rate_limited(self, host: str, endpoint: Endpoint, delay: float, status: int = 429) -> None:
+        """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
+        cfg, gate, now = self.config, self.gate, self.clock()
+        p = self._policy(host)
+        p.clean = 0
+        p.last_signal = now
+        gate.cool_endpoint(endpoint.key, host, delay)
+        h = gate.host(host)
+        old = self._snapshot(host)
+        reasons = []
+        # One decrease per cooldown window: a burst of 429s is one signal.
+        if now - p.last_decrease >= max(1.0, min(delay, cfg.recovery_window)):
+            p.last_decrease = now
+            p.last_change = now
+            if h.limit > 1:
+                h.limit = max(1, int(h.limit * cfg.backoff_factor))
+                reasons.append(f"{status} via {endpoint.label}")
+            else:
+                p.floor_hits += 1
+            base_lo, base_hi = cfg.delay
+            lo, hi = h.delay
+            ceiling = DELAY_CEILING * base_hi
+            if hi < ceiling:
+                widen = min(DELAY_GROWTH, ceiling / hi if hi else DELAY_GROWTH)
+                h.delay = (max(lo * widen, cfg.delay_floor), max(hi * widen, base_lo or 0.1))
+                reasons.append("spacing widened")
+        p.recent.append((now, endpoint.key))
+        while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
+            p.recent.popleft()
+        distinct = len({k for _, k in p.recent})
+        if distinct >= cfg.host_pause_endpoints and h.paused_until < now:
+            gate.pause_host(host, delay)
+            reasons.append(f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s")
+            p.recent.clear()
+        if p.floor_hits >= cfg.park_after:
+            p.floor_hits = 0
+            p.parks += 1
+            low, high = cfg.park_time
+            park = min(high, low * 2 ** (p.parks - 1))
+            gate.pause_host(host, park)
+            logger.warning(
+                "scrapy-polite: %s keeps answering %d at concurrency 1; parked for %.0f s (park #%d)",
+                host, status, park, p.parks,
+            )
+            reasons.append(f"parked {park:.0f} s")
+        if reasons:
+            self.notify(host, old, self._snapshot(host), "; ".join(reasons))
+
+    def ok(self, host: str, status: int) -> None:
+        """A clean answer from *host*: after a clean window, step back up."""
+        cfg, now = self.config, self.clock()
+        p = self._policy(host)
+        p.clean += 1
+        if now - p.last_change < cfg.recovery_window or now - p.last_signal < cfg.recovery_window:
+            return
+        h = self.gate.host(host)
+        old = self._snapshot(host)
+        reasons = []
+        if h.limit < cfg.host_concurrency_max:
+            h.limit += 1
+            self.gate.set_host_limit(host, h.limit)
+            reasons.append("clean window: +1 concurrency")
+        floor_lo = cfg.delay_floor if cfg.adaptive else cfg.delay[0]
+        lo, hi = h.delay
+        if lo > floor_lo + 1e-9:
+            new_lo = max(floor_lo, lo * DELAY_SHRINK)
+            scale = new_lo / lo if lo else DELAY_SHRINK
+            # The jitter narrows with the delay but never to zero.
+            new_hi = max(new_lo * 1.25, hi * scale) if cfg.adaptive else max(cfg.delay[1], hi * scale)
+            h.delay = (new_lo, new_hi)
+            reasons.append("clean window: spacing narrowed")
+        elif not cfg.adaptive and hi > cfg.delay[1]:
+            h.delay = cfg.delay
+            reasons.append("clean window: spacing restored")
+        p.last_change = now
+        p.floor_hits = 0
+        if reasons:
+            self.notify(host, old, self._snapshot(host), "; ".join(reasons))
+
+
+class HostThrottle:
+    """Scrapy extension around :class:`ThrottlePolicy`: logging, signals, robots."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        rt = get_runtime(crawler)
+        if not rt.config.enabled:
+            raise NotConfigured("POLITE_ENABLED is False")
+        self.crawler = crawler
+        self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
+        rt.throttle = self.policy
+        self._robots_seen: set[str] = set()
+        if crawler.settings.getbool("ROBOTSTXT_OBEY"):
+            crawler.signals.connect(self._response_received, signal=signals.response_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> HostThrottle:
+        return cls(crawler)
+
+    def _notify(self, host: str, old: dict[str, Any], new: dict[str, Any], reason: str) -> None:
+        stats = self.crawler.stats
+        stats.inc_value("polite/throttle/changes")
+        stats.set_value(f"polite/throttle/{host}/concurrency", new["concurrency"])
+        now = time.monotonic()
+        logger.info(
+            "scrapy-polite: %s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s%s (%s)",
+            host, old["concurrency"], new["concurrency"], *old["delay"], *new["delay"],
+            f", paused {new['paused_until'] - now:.1f} s" if new["paused_until"] > now else "",
+            reason,
+        )
+        self.crawler.signals.send_catch_log(
+            polite_signals.host_throttle_changed, host=host, old=old, new=new, reason=reason
+        )
+
+    def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
+        """Use a robots.txt ``Crawl-delay`` as the host's minimum spacing."""
+        if not request.url.endswith("/robots.txt") or response.status != 200:
+            return
+        from scrapy.utils.httpobj import urlparse_cached
+
+        host = request.meta.get("download_slot") or urlparse_cached(request).hostname or ""
+        if host in self._robots_seen:
+            return
+        self._robots_seen.add(host)
+        delay = _crawl_delay(response.text if hasattr(response, "text") else "")
+        if delay:
+            get_runtime(self.crawler).gate.set_host_min_delay(host, delay)
+            logger.info("scrapy-polite: %s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
+
+
+def _crawl_delay(text: str, agent: str = "*") -> float | None:
+    """The ``Crawl-delay`` robots.txt gives *agent*, parsed by Protego (Scrapy's parser)."""
+    from protego import Protego
+
+    try:
+        delay = Protego.parse(text).crawl_delay(agent)
+    except Exception:  # a broken robots.txt must not break the crawl
+        return None
+    return float(delay) if delay else None
