@@ -17,6 +17,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+import scrapy.exceptions
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -63,6 +64,18 @@ PROXY_ERRORS: tuple[type[BaseException], ...] = (
     ResponseNeverReceived,
     ConnectionLost,
 ) + ((TunnelError,) if TunnelError is not None else ())
+# Scrapy >= 2.14 wraps download errors in its own classes.
+PROXY_ERRORS += tuple(
+    cls
+    for name in (
+        "DownloadConnectionRefusedError",
+        "CannotResolveHostError",
+        "DownloadTimeoutError",
+        "DownloadFailedError",
+        "ResponseDataLossError",
+    )
+    if (cls := getattr(scrapy.exceptions, name, None)) is not None
+)
 
 
 def is_splash(request: Request) -> bool:

@@ -1,0 +1,40 @@
+"""Ground-truth checks computed from the sandbox's access log."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from typing import Any
+
+ITEM_RE = re.compile(r"^/item/(\d+)$")
+
+
+def items_fetched(log: list[dict[str, Any]], site: str | None = None) -> Counter[int]:
+    """How many times each item page was answered 200."""
+    return Counter(
+        int(m.group(1))
+        for e in log
+        if e["status"] == 200 and (site is None or e["site"] == site) and (m := ITEM_RE.match(e["path"]))
+    )
+
+
+def max_inflight_per_ip(log: list[dict[str, Any]], site: str | None = None) -> int:
+    return max((e["inflight_ip"] for e in log if site is None or e["site"] == site), default=0)
+
+
+def max_inflight_host(log: list[dict[str, Any]], site: str) -> int:
+    return max((e["inflight_host"] for e in log if e["site"] == site), default=0)
+
+
+def min_spacing_per_ip(log: list[dict[str, Any]], site: str) -> float:
+    """Smallest gap between two request starts of one IP at *site*."""
+    starts: dict[str, list[float]] = defaultdict(list)
+    for e in log:
+        if e["site"] == site:
+            starts[e["ip"]].append(e["t_start"])
+    gaps = [b - a for ts in starts.values() for a, b in zip(sorted(ts), sorted(ts)[1:])]
+    return min(gaps, default=float("inf"))
+
+
+def statuses(log: list[dict[str, Any]], site: str | None = None) -> Counter[int]:
+    return Counter(e["status"] for e in log if site is None or e["site"] == site)

@@ -1,0 +1,173 @@
+"""Real crawls through the sandbox's proxy fleet, checked on the site's access log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+import pytest_twisted
+from example_project.spiders.accounts import AccountsSpider
+from example_project.spiders.catalogue import CatalogueSpider
+from logcheck import (
+    items_fetched,
+    max_inflight_host,
+    max_inflight_per_ip,
+    min_spacing_per_ip,
+    statuses,
+)
+
+from conftest import ROOT, crawl
+from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
+
+
+def site(**kw) -> SiteConfig:
+    kw.setdefault("name", "a")
+    kw.setdefault("latency", [0.01, 0.05])
+    return SiteConfig(**kw)
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_request_per_exit_ip_host_cap_and_spacing(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=40, per_ip_max_inflight=1)], proxies=ProxyConfig(count=8)))
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls}, start_url=sb.site_url("a"))
+    log = sb.log()
+    fetched = items_fetched(log)
+    assert sorted(fetched) == list(range(1, 41)) and set(fetched.values()) == {1}
+    assert len(result.items) == 40
+    assert max_inflight_per_ip(log) == 1
+    assert max_inflight_host(log, "a") <= 2
+    assert min_spacing_per_ip(log, "a") >= 0.8 - 0.02
+    assert set(e["ip"] for e in log) <= set(sb.proxy_exit_ips)
+    assert len({e["ip"] for e in log}) == 8  # the whole pool was used
+    assert statuses(log).get(429, 0) == 0 and statuses(log).get(403, 0) == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_host_cap_is_configurable(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=30, latency=[0.3, 0.4])], proxies=ProxyConfig(count=8)))
+    await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_HOST_CONCURRENCY": 4,
+                                  "POLITE_DELAY": (0.1, 0.2)}, start_url=sb.site_url("a"))
+    log = sb.log()
+    assert max_inflight_host(log, "a") == 4
+    assert max_inflight_per_ip(log) == 1
+
+
+@pytest.mark.parametrize("via", ["gateway", "list"])
+@pytest_twisted.ensureDeferred
+async def test_sticky_login_flows_keep_one_identity(sandbox, via: str) -> None:
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=8, gateway=True)))
+    proxies = [sb.gateway_template] if via == "gateway" else sb.proxy_urls
+    result = await crawl(AccountsSpider, {"POLITE_PROXIES": proxies, "POLITE_GATEWAY_SESSIONS": 8,
+                                          "POLITE_DELAY": (0.2, 0.4)},
+                         start_url=sb.site_url("a"), users="20")
+    log = sb.log()
+    assert statuses(log).get(409, 0) == 0
+    assert len(result.items) == 20 and all(i["status"] == 200 for i in result.items)
+    ips_per_user = defaultdict(set)
+    order = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        if e.get("user"):
+            ips_per_user[e["user"]].add(e["ip"])
+            order[e["user"]].append(e["path"].split("?")[0])
+    assert len(ips_per_user) == 20 and all(len(ips) == 1 for ips in ips_per_user.values())
+    assert all(steps == ["/login", "/account", "/account/orders"] for steps in order.values())
+    assert len({next(iter(ips)) for ips in ips_per_user.values()}) == 8  # spread over the pool
+    sessions = result.crawler.stats.get_value("polite/sessions_map")
+    assert set(sessions) == {f"user{i}" for i in range(20)}
+    assert all(label and "pass" not in label for label in sessions.values())
+
+
+@pytest_twisted.ensureDeferred
+async def test_dead_and_hanging_proxies_lose_nothing(sandbox) -> None:
+    cfg = SandboxConfig(
+        sites=[site(pages=40)],
+        proxies=ProxyConfig(count=6),
+        failures=[FailureSpec(proxy=1, mode="hang", at=0.0), FailureSpec(proxy=3, mode="die", at=2.0)],
+    )
+    sb = sandbox(cfg)
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "DOWNLOAD_TIMEOUT": 2,
+                                           "POLITE_ENDPOINT_BACKOFF": (5, 60)},
+                         start_url=sb.site_url("a"))
+    log = sb.log()
+    fetched = items_fetched(log)
+    assert sorted(fetched) == list(range(1, 41)) and set(fetched.values()) == {1}
+    assert len({i["id"] for i in result.items}) == 40
+    assert result.stats.get("polite/endpoint_failures", 0) >= 2
+    assert result.stats.get("polite/requeued/proxy", 0) >= 2
+    assert not result.stats.get("polite/gave_up")
+    assert sb.proxy_exit_ips[1] not in {e["ip"] for e in log}  # the hanging one never got through
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_endpoint_dead_closes_with_reason(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=2),
+                               failures=[FailureSpec(proxy=0, mode="refuse", at=0.0),
+                                         FailureSpec(proxy=1, mode="refuse", at=0.0)]))
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ENDPOINT_MAX_FAILURES": 2,
+                                           "POLITE_ENDPOINT_BACKOFF": (0.2, 1)},
+                         start_url=sb.site_url("a"))
+    assert result.stats["finish_reason"] == "polite_no_usable_endpoints"
+
+
+@pytest_twisted.ensureDeferred
+async def test_three_hosts_with_different_limits_none_starves(sandbox) -> None:
+    sites = [site(name="fast", pages=30), site(name="mid", pages=15, latency=[0.2, 0.3]),
+             site(name="slow", pages=8, latency=[0.5, 0.8])]
+    sb = sandbox(SandboxConfig(sites=sites, proxies=ProxyConfig(count=6)))
+    start_urls = " ".join(sb.site_url(s.name) for s in sites)
+    await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "CONCURRENT_REQUESTS": 8},
+                start_url=start_urls)
+    log = sb.log()
+    t0 = min(e["t_start"] for e in log)
+    for s in sites:
+        assert sorted(items_fetched(log, s.name)) == list(range(1, s.pages + 1))
+        entries = sorted(e["t_start"] - t0 for e in log if e["site"] == s.name)
+        # Each host starts early and never waits long for a turn while it has work.
+        assert entries[0] < 3.0
+        assert max(b - a for a, b in zip(entries, entries[1:])) < 6.0
+        assert max_inflight_host(log, s.name) <= 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_proxies_file_is_reread_at_runtime(sandbox, tmp_path) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=40)], proxies=ProxyConfig(count=4)))
+    path = tmp_path / "proxies.txt"
+    path.write_text("\n".join(sb.proxy_urls[:2]) + "\n")
+    from twisted.internet import reactor
+
+    def grow() -> None:
+        path.write_text("# grown\n" + "\n".join(sb.proxy_urls[2:]) + "\n")
+        os.utime(path, (1e9, 1e9 + 1))
+
+    reactor.callLater(2.0, grow)
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES_FILE": str(path),
+                                           "POLITE_PROXIES_FILE_CHECK_INTERVAL": 0.5},
+                         start_url=sb.site_url("a"))
+    log = sb.log()
+    early = {e["ip"] for e in log if e["t_start"] < min(x["t_start"] for x in log) + 1.5}
+    late = {e["ip"] for e in log if e["t_start"] > min(x["t_start"] for x in log) + 4.0}
+    assert early <= set(sb.proxy_exit_ips[:2])
+    assert late and late <= set(sb.proxy_exit_ips[2:])
+    assert sorted(items_fetched(log)) == list(range(1, 41))
+    assert result.stats.get("polite/pool_reloads") == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_bad_setting_stops_crawl_at_startup() -> None:
+    with pytest.raises(PoliteConfigError, match=r"POLITE_HOST_CONCURRENCY=-1 is invalid"):
+        await crawl(CatalogueSpider, {"POLITE_PROXIES": ["http://127.0.0.1:9"], "POLITE_HOST_CONCURRENCY": -1})
+
+
+def test_bad_setting_from_scrapy_crawl_command() -> None:
+    env = {**os.environ, "POLITE_PROXIES_FILE": ""}
+    proc = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "catalogue", "-s", "POLITE_PROXIES=socks5://127.0.0.1:1080"],
+        cwd=ROOT / "example_project", env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "POLITE_PROXIES='socks5://127.0.0.1:1080' is invalid" in proc.stderr
+    assert "Scrapy cannot use socks5 proxies" in proc.stderr
