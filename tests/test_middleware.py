@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import pytest
 import pytest_twisted
+from conftest import ROOT, crawl
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import (
@@ -19,7 +20,6 @@ from logcheck import (
     statuses,
 )
 
-from conftest import ROOT, crawl
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
 
