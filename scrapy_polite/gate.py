@@ -78,6 +78,10 @@ class HostState:
     inflight: int = 0
     paused_until: float = 0.0
     min_delay: float = 0.0
+    # Minimum time between two request starts to the host, whatever the endpoint:
+    # the throttle sets it when the host limits its total rate.
+    interval: float = 0.0
+    next_start: float = 0.0
     waiters: deque[_Waiter] = field(default_factory=deque, repr=False)
 
 
@@ -102,6 +106,7 @@ class Gate(Protocol):
     def pause_host(self, host: str, seconds: float) -> None: ...
     def set_host_limit(self, host: str, limit: int) -> None: ...
     def set_host_delay(self, host: str, delay: tuple[float, float]) -> None: ...
+    def set_host_interval(self, host: str, seconds: float) -> None: ...
     def endpoint_failed(self, endpoint_key: str) -> None: ...
     def endpoint_ok(self, endpoint_key: str) -> None: ...
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]: ...
@@ -240,6 +245,12 @@ class LocalGate:
 
     def set_host_delay(self, host: str, delay: tuple[float, float]) -> None:
         self.host(host).delay = delay
+
+    def set_host_interval(self, host: str, seconds: float) -> None:
+        h = self.host(host)
+        h.next_start += seconds - h.interval
+        h.interval = seconds
+        self._kick()
 
     def set_host_min_delay(self, host: str, seconds: float) -> None:
         self.host(host).min_delay = seconds
@@ -418,6 +429,8 @@ class LocalGate:
         while h.waiters and h.inflight < h.limit:
             if h.paused_until > now:
                 return h.paused_until
+            if h.next_start > now:
+                return h.next_start
             granted = False
             rotation_blocked = False  # no free endpoint for any unpinned waiter
             for waiter in h.waiters:
@@ -503,6 +516,7 @@ class LocalGate:
         else:
             self._idle.move_to_end(key)
         h.inflight += 1
+        h.next_start = now + h.interval
         low, high = h.delay
         spacing = max(self._rng.uniform(low, high), h.min_delay)
         self._pair(key, waiter.host).next_allowed = now + spacing

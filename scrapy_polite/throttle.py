@@ -1,8 +1,10 @@
 """HostThrottle: adapts each host's concurrency and spacing to its 429s.
 
 AIMD, as TCP does it: a rate signal halves the host's concurrency for the
-whole pool (floor 1) and widens its spacing; a window of clean responses
-adds one back (up to ``POLITE_HOST_CONCURRENCY_MAX``) and narrows spacing
+whole pool (floor 1), halves its total request rate (a minimum interval
+between any two requests to the host, which is what slows a pool against
+a fast site, where fewer requests in flight alone would not) and widens
+each endpoint's spacing; a window of clean responses adds one back (up to ``POLITE_HOST_CONCURRENCY_MAX``) and narrows spacing
 toward ``POLITE_DELAY`` (or, with ``POLITE_ADAPTIVE``, below it down to
 ``POLITE_DELAY_FLOOR``). 429s from several endpoints at once mean a
 host-wide limit, so the whole host pauses; a host that keeps answering 429
@@ -38,6 +40,8 @@ DELAY_GROWTH = 1.5
 DELAY_SHRINK = 0.85
 #: Spacing never grows past this multiple of ``POLITE_DELAY``.
 DELAY_CEILING = 4.0
+#: A host interval below this is dropped: the other limits bind first.
+MIN_INTERVAL = 0.02
 
 
 @dataclass
@@ -49,6 +53,7 @@ class _HostPolicy:
     floor_hits: int = 0
     parks: int = 0
     clean: int = 0
+    answers: deque[float] = field(default_factory=deque)
 
 
 class ThrottlePolicy:
@@ -75,7 +80,16 @@ class ThrottlePolicy:
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)
-        return {"concurrency": h.limit, "delay": h.delay, "paused_until": h.paused_until}
+        return {"concurrency": h.limit, "delay": h.delay, "interval": h.interval, "paused_until": h.paused_until}
+
+    def _observed_rate(self, p: _HostPolicy, now: float) -> float:
+        """Answers per second from the host over the last pause window."""
+        window = self.config.host_pause_window
+        p.answers.append(now)
+        while p.answers and p.answers[0] < now - window:
+            p.answers.popleft()
+        span = min(window, max(1.0, now - p.answers[0]))
+        return len(p.answers) / span
 
     def rate_limited(self, host: str, endpoint: Endpoint, delay: float, status: int = 429) -> None:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
@@ -83,6 +97,7 @@ class ThrottlePolicy:
         p = self._policy(host)
         p.clean = 0
         p.last_signal = now
+        rate = self._observed_rate(p, now)
         gate.cool_endpoint(endpoint.key, host, delay)
         h = gate.host(host)
         old = self._snapshot(host)
@@ -96,6 +111,10 @@ class ThrottlePolicy:
                 reasons.append(f"{status} via {endpoint.label}")
             else:
                 p.floor_hits += 1
+            if rate > 0:
+                interval = max(h.interval / cfg.backoff_factor, 1.0 / (rate * cfg.backoff_factor))
+                gate.set_host_interval(host, min(interval, cfg.delay[1] * DELAY_CEILING))
+                reasons.append(f"rate {rate:.2f} -> {1 / h.interval:.2f} req/s")
             base_lo, base_hi = cfg.delay
             lo, hi = h.delay
             ceiling = DELAY_CEILING * base_hi
@@ -130,6 +149,7 @@ class ThrottlePolicy:
         cfg, now = self.config, self.clock()
         p = self._policy(host)
         p.clean += 1
+        self._observed_rate(p, now)
         if now - p.last_change < cfg.recovery_window or now - p.last_signal < cfg.recovery_window:
             return
         h = self.gate.host(host)
@@ -139,6 +159,10 @@ class ThrottlePolicy:
             h.limit += 1
             self.gate.set_host_limit(host, h.limit)
             reasons.append("clean window: +1 concurrency")
+        if h.interval > 0:
+            interval = h.interval * DELAY_SHRINK
+            self.gate.set_host_interval(host, interval if interval >= MIN_INTERVAL else 0.0)
+            reasons.append("clean window: host rate raised")
         floor_lo = cfg.delay_floor if cfg.adaptive else cfg.delay[0]
         lo, hi = h.delay
         if lo > floor_lo + 1e-9:
@@ -181,8 +205,10 @@ class HostThrottle:
         stats.set_value(f"polite/throttle/{host}/concurrency", new["concurrency"])
         now = time.monotonic()
         logger.info(
-            "scrapy-polite: %s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s%s (%s)",
+            "scrapy-polite: %s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s, "
+            "host interval %.2f -> %.2f s%s (%s)",
             host, old["concurrency"], new["concurrency"], *old["delay"], *new["delay"],
+            old["interval"], new["interval"],
             f", paused {new['paused_until'] - now:.1f} s" if new["paused_until"] > now else "",
             reason,
         )
