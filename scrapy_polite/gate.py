@@ -363,31 +363,18 @@ class LocalGate:
         self._drop(waiter)
 
     def _drop(self, waiter: _Waiter) -> None:
+        """Take *waiter* out of its host's and its session's queues, wherever it is."""
         h = self._hosts.get(waiter.host)
-        if h is not None:
-            try:
-                h.waiters.remove(waiter)
-            except ValueError:
-                pass
-        if waiter.session is not None:
-            s = self._sessions.get(waiter.session)
-            if s is not None:
-                try:
-                    s.queue.remove(waiter)
-                except ValueError:
-                    pass
+        s = self._sessions.get(waiter.session) if waiter.session is not None else None
+        for queue in (h.waiters if h else None, s.queue if s else None):
+            if queue is not None and waiter in queue:
+                queue.remove(waiter)
 
     def _fail(self, waiter: _Waiter, exc: Exception) -> None:
         if waiter.done:
             return
         waiter.done = True
-        if waiter.session is not None:
-            s = self._sessions.get(waiter.session)
-            if s is not None:
-                try:
-                    s.queue.remove(waiter)
-                except ValueError:
-                    pass
+        self._drop(waiter)
         waiter.deferred.errback(exc)
 
     def _handle_lost_endpoints(self, keys: set[str]) -> None:
@@ -403,7 +390,6 @@ class LocalGate:
                 continue
             s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
             for w in list(s.queue):
-                self._drop(w)
                 self._fail(w, SessionEndpointLost(s.lost))
 
     def _kick(self) -> None:

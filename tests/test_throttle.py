@@ -150,3 +150,27 @@ async def test_plain_scrapy_gets_blocked_where_polite_does_not(sandbox) -> None:
         assert blocked > 0 or lost > 0, f"plain Scrapy ({name}) was neither blocked nor lost pages"
     assert statuses(polite_log).get(403, 0) == 0
     assert_nothing_lost(polite_log, 40, result)
+
+
+@pytest_twisted.ensureDeferred
+async def test_adaptive_mode_goes_past_the_configured_spacing_and_backs_off(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=80, per_ip_rate=2.0, per_ip_burst=1, retry_after=1)],
+                               proxies=ProxyConfig(count=4)))
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True,
+                                           "POLITE_RECOVERY_WINDOW": 1.5, "POLITE_DELAY_FLOOR": 0.3},
+                         start_url=sb.site_url("a"))
+    log = sorted(sb.log(), key=lambda e: e["t_start"])
+    counts = statuses(log)
+    assert counts.get(403, 0) == 0
+    assert_nothing_lost(log, 80, result)
+    assert counts.get(429, 0) <= 0.15 * len(log)
+    # With POLITE_DELAY's 0.8 s minimum, 4 endpoints can never exceed 5 req/s.
+    second_half = log[len(log) // 2:]
+    ok = sum(e["status"] == 200 for e in second_half)
+    rate = ok / (second_half[-1]["t_start"] - second_half[0]["t_start"])
+    assert rate > 5.0, f"adaptive mode stayed at {rate:.2f} req/s"
+    # The floor holds: no endpoint ever went below POLITE_DELAY_FLOOR.
+    starts = defaultdict(list)
+    for e in log:
+        starts[e["ip"]].append(e["t_start"])
+    assert min(b - a for ts in starts.values() for a, b in zip(ts, ts[1:])) >= 0.3 - 0.02
