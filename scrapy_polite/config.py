@@ -56,6 +56,8 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_LOG_INTERVAL": 60.0,
     "POLITE_PROMETHEUS_PORT": None,
     "POLITE_PROMETHEUS_ADDRESS": "127.0.0.1",
+    "POLITE_EXIT_IP_PROBE_URL": None,
+    "POLITE_EXIT_IP_PROBE_TIMEOUT": 10.0,
 }
 
 
@@ -104,6 +106,8 @@ class PoliteConfig:
     prometheus_address: str
     endpoints: tuple[Endpoint, ...] = field(default=())
     duplicates: tuple[str, ...] = field(default=())
+    exit_ip_probe_url: str | None = None
+    exit_ip_probe_timeout: float = 10.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -162,6 +166,8 @@ class PoliteConfig:
             log_interval=r.float("POLITE_LOG_INTERVAL", minimum=0.0),
             prometheus_port=r.optional_int("POLITE_PROMETHEUS_PORT", minimum=0),
             prometheus_address=r.str("POLITE_PROMETHEUS_ADDRESS"),
+            exit_ip_probe_url=r.optional_url("POLITE_EXIT_IP_PROBE_URL"),
+            exit_ip_probe_timeout=r.float("POLITE_EXIT_IP_PROBE_TIMEOUT", minimum=0.1),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -253,6 +259,12 @@ class _Reader:
             return None
         if not isinstance(value, str):
             raise PoliteConfigError(name, value, "a string or None")
+        return value
+
+    def optional_url(self, name: str) -> str | None:
+        value = self.optional_str(name)
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise PoliteConfigError(name, value, "an http:// or https:// URL, or None")
         return value
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:

@@ -1,12 +1,15 @@
 """PoliteStats: what a proxied crawl actually got, per host and per endpoint.
 
 Counts come from :data:`scrapy_polite.signals.outcome_recorded`, one per
-request attempt. Memory is bounded: counters, one HDR histogram per host,
-and a ring of per-second buckets for the sliding window.
+request attempt. Memory is bounded whatever the length of the crawl:
+counters, fixed-size HDR histograms, a ring of per-second buckets for the
+sliding window, and caps on how many hosts, endpoints and exit IPs are
+tracked one by one (the rest are pooled under ``"(other)"``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -24,31 +27,59 @@ from .runtime import get_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from .endpoints import Endpoint
 
 logger = logging.getLogger(__name__)
 
-#: Latencies are recorded in milliseconds, 1 ms to 1 h, 3 significant digits.
-_HIST_ARGS = (1, 3_600_000, 3)
+#: Latencies are recorded in milliseconds, 1 ms to 1 h, 3 significant digits
+#: (0.1 %) overall. Per host 2 digits (1 %) keep a histogram near 18 KB.
+_HIST_RANGE = (1, 3_600_000)
+_DIGITS_OVERALL = 3
+_DIGITS_HOST = 2
+#: Beyond these, new names are pooled under OTHER so a broad crawl or a
+#: rotating gateway with millions of exits cannot grow memory without bound.
+MAX_HOSTS = 500
+MAX_ENDPOINTS = 5000
+MAX_EXIT_IPS = 1024
+MAX_EXIT_IPS_PER_HOST = 256
+OTHER = "(other)"
 
 
-def _histogram() -> HdrHistogram:
-    return HdrHistogram(*_HIST_ARGS)
+def _histogram(digits: int = _DIGITS_OVERALL) -> HdrHistogram:
+    return HdrHistogram(*_HIST_RANGE, digits)
+
+
+def _ms(seconds: float) -> int:
+    return min(_HIST_RANGE[1], max(0, int(seconds * 1000)))
+
+
+def _capped(table: dict[str, Any], key: str, limit: int) -> str:
+    return key if key in table or len(table) < limit else OTHER
+
+
+def _percentile(hist: HdrHistogram, p: float) -> float | None:
+    if hist.get_total_count() == 0:
+        return None
+    return hist.get_value_at_percentile(p) / 1000.0
 
 
 class _Window:
-    """Successes and attempts per second over the last *seconds* seconds."""
+    """Successes, 429s and attempts per second over the last *seconds* seconds."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = int(max(1, seconds))
-        self._buckets: deque[list[int]] = deque()  # [second, ok, total]
+        self._buckets: deque[list[int]] = deque()  # [second, ok, rate_limited, total]
 
-    def add(self, now: float, ok: bool) -> None:
+    def add(self, now: float, ok: bool, rate_limited: bool = False) -> None:
         sec = int(now)
         if not self._buckets or self._buckets[-1][0] != sec:
-            self._buckets.append([sec, 0, 0])
+            self._buckets.append([sec, 0, 0, 0])
         bucket = self._buckets[-1]
         bucket[1] += ok
-        bucket[2] += 1
+        bucket[2] += rate_limited
+        bucket[3] += 1
         self._trim(now)
 
     def _trim(self, now: float) -> None:
@@ -62,19 +93,51 @@ class _Window:
         return ok * 60.0 / span
 
 
-class HostStats:
-    __slots__ = ("statuses", "latency", "exit_ips", "ok", "total")
+class _Counts:
+    """Attempts, successes and answers of one host or endpoint."""
+
+    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans")
 
     def __init__(self) -> None:
         self.statuses: Counter[str] = Counter()
-        self.latency = _histogram()
-        self.exit_ips: Counter[str] = Counter()
         self.ok = 0
         self.total = 0
+        self.rate_limited = 0
+        self.bans = 0
+
+    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool) -> None:
+        self.statuses[label] += 1
+        self.total += 1
+        self.ok += ok
+        self.rate_limited += rate_limited
+        self.bans += ban
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "attempts": self.total,
+            "success": self.ok,
+            "rate_limited": self.rate_limited,
+            "bans": self.bans,
+            "statuses": dict(self.statuses),
+        }
+
+
+class HostStats(_Counts):
+    __slots__ = ("latency", "exit_ips")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latency = _histogram(_DIGITS_HOST)
+        self.exit_ips: Counter[str] = Counter()
 
 
 class PoliteStats:
-    """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus."""
+    """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
+
+    It also probes each endpoint's exit IP at start-up when
+    ``POLITE_EXIT_IP_PROBE_URL`` is set, for providers that send no exit-IP
+    header and endpoints without a static ``exit_ip``.
+    """
 
     def __init__(self, crawler: Crawler) -> None:
         rt = get_runtime(crawler)
@@ -87,17 +150,29 @@ class PoliteStats:
         self.started = time.time()
         self.window = _Window(self.config.stats_window)
         self.latency = _histogram()
+        self.wait = _histogram()
         self.hosts: dict[str, HostStats] = {}
-        self.endpoints: dict[str, Counter[str]] = {}
+        self.endpoints: dict[str, _Counts] = {}
+        self.exit_ips: Counter[str] = Counter()
+        self.exit_ip_sources: Counter[str] = Counter()
+        self.exceptions: Counter[str] = Counter()
         self.ok = 0
         self.total = 0
         self.rate_limited = 0
+        self.bans = 0
+        self.gave_up = 0
+        self._probe_url: str | None = self.config.exit_ip_probe_url
+        self._probe_timeout: float = self.config.exit_ip_probe_timeout
+        self._probed: dict[str, str | None] = {}
+        self._probing: dict[str, Any] = {}
         self._jsonl: Any = None
+        self._jsonl_size = 0
         self._jsonl_path = self.config.stats_jsonl
         self._loop: Any = None
         self._prom: Any = None
         rt.stats = self
         crawler.signals.connect(self.record, signal=polite_signals.outcome_recorded)
+        crawler.signals.connect(self._gave_up, signal=polite_signals.request_gave_up)
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
@@ -108,53 +183,149 @@ class PoliteStats:
     # -- recording --------------------------------------------------------
 
     def record(self, outcome: Outcome) -> None:
-        now = outcome.time
         label = str(outcome.status) if outcome.status is not None else outcome.exception or "unknown"
         ok = outcome.success
+        limited = outcome.rate_limited
+        ban = outcome.status in self.config.ban_codes and not outcome.proxy_side and not limited
         self.total += 1
         self.ok += ok
-        self.rate_limited += outcome.rate_limited
-        self.window.add(now, ok)
+        self.rate_limited += limited
+        self.bans += ban
+        self.gave_up += outcome.gave_up
+        self.window.add(outcome.time, ok, limited)
+        host = _capped(self.hosts, outcome.host, MAX_HOSTS)
+        endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
+        source = outcome.exit_ip_source or "unknown"
+        self.exit_ip_sources[source] += 1
         inc = self.stats.inc_value
         inc("polite/attempts")
         inc(f"polite/status/{label}")
+        inc(f"polite/exit_ip_source/{source}")
         if ok:
             inc("polite/success")
-        if outcome.rate_limited:
+        if limited:
             inc("polite/rate_limited")
-            inc(f"polite/rate_limited/host/{outcome.host}")
-            if outcome.endpoint:
-                inc(f"polite/rate_limited/endpoint/{outcome.endpoint}")
+            inc(f"polite/rate_limited/host/{host}")
+            if endpoint:
+                inc(f"polite/rate_limited/endpoint/{endpoint}")
         if outcome.exception:
+            self.exceptions[outcome.exception] += 1
             inc(f"polite/exception/{outcome.exception}")
-        h = self.hosts.get(outcome.host)
+        h = self.hosts.get(host)
         if h is None:
-            h = self.hosts[outcome.host] = HostStats()
-        h.statuses[label] += 1
-        h.total += 1
-        h.ok += ok
-        if outcome.endpoint:
-            self.endpoints.setdefault(outcome.endpoint, Counter())[label] += 1
+            h = self.hosts[host] = HostStats()
+        h.add(label, ok, limited, ban)
+        if endpoint:
+            e = self.endpoints.get(endpoint)
+            if e is None:
+                e = self.endpoints[endpoint] = _Counts()
+            e.add(label, ok, limited, ban)
         if outcome.exit_ip:
-            h.exit_ips[outcome.exit_ip] += 1
+            h.exit_ips[_capped(h.exit_ips, outcome.exit_ip, MAX_EXIT_IPS_PER_HOST)] += 1
+            self.exit_ips[_capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
         if outcome.latency is not None:
-            ms = max(1, int(outcome.latency * 1000))
+            ms = max(1, _ms(outcome.latency))
             self.latency.record_value(ms)
             h.latency.record_value(ms)
+        if outcome.endpoint:
+            self.wait.record_value(_ms(outcome.wait))
         if self._jsonl_path:
             self._write_jsonl(outcome)
         if self._prom is not None:
-            self._prom.observe(outcome, label)
+            self._prom.observe(outcome, label, host, endpoint, len(h.exit_ips))
+            self._prom.set_rates(*self.pages_per_min(outcome.time))
+
+    def _gave_up(self, request: Any = None, reason: str = "") -> None:
+        self.gave_up += 1
 
     def _write_jsonl(self, outcome: Outcome) -> None:
-        if self._jsonl is None:
-            self._jsonl = open(self._jsonl_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
-        self._jsonl.write(json.dumps(outcome.to_dict(), separators=(",", ":")) + "\n")
-        if self._jsonl.tell() >= self.config.stats_jsonl_max_bytes:
-            # Keep one rotated file: the newest data always fits the cap twice over.
-            self._jsonl.close()
-            os.replace(self._jsonl_path, self._jsonl_path + ".1")
-            self._jsonl = None
+        """One line per outcome, on disk at once; at most two files of the cap each."""
+        line = (json.dumps(outcome.to_dict(), separators=(",", ":")) + "\n").encode()
+        path = self._jsonl_path
+        assert path is not None
+        try:
+            if self._jsonl is None:
+                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open for the run
+                self._jsonl_size = self._jsonl.seek(0, os.SEEK_END)
+            if self._jsonl_size and self._jsonl_size + len(line) > self.config.stats_jsonl_max_bytes:
+                self._jsonl.close()
+                os.replace(path, path + ".1")
+                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115
+                self._jsonl_size = 0
+            self._jsonl.write(line)
+            self._jsonl_size += len(line)
+        except OSError as exc:
+            logger.error("scrapy-polite: stopped writing %s: %s", path, exc)
+            self._jsonl_path = None
+            if self._jsonl is not None:
+                self._jsonl.close()
+                self._jsonl = None
+
+    # -- exit IP probe ------------------------------------------------------
+
+    def probed_exit_ip(self, endpoint_key: str) -> str | None:
+        """The exit IP the start-up probe saw for *endpoint_key*, if any.
+
+        An endpoint first seen later (a reloaded proxies file) is probed on
+        first use; its outcomes carry no exit IP until the answer arrives.
+        """
+        if endpoint_key in self._probed:
+            return self._probed[endpoint_key]
+        if self._probe_url and endpoint_key not in self._probing:
+            st = self.runtime.gate.endpoints.get(endpoint_key)
+            engine = getattr(self.crawler, "engine", None)
+            if st is not None and engine is not None and engine.running:
+                self._start_probe(st.endpoint)
+        return None
+
+    def _start_probe(self, endpoint: Endpoint) -> None:
+        from scrapy.utils.defer import deferred_from_coro
+
+        d = deferred_from_coro(self._probe(endpoint))
+        self._probing[endpoint.key] = d
+
+    async def _probe(self, endpoint: Endpoint) -> None:
+        from scrapy import Request
+        from scrapy.utils.defer import maybe_deferred_to_future
+
+        assert self._probe_url is not None
+        request = Request(
+            self._probe_url,
+            dont_filter=True,
+            meta={
+                # The middleware leaves it alone; HttpProxyMiddleware still uses the proxy.
+                "polite": False,
+                "polite_probe": True,
+                "proxy": endpoint.url,
+                "dont_retry": True,
+                "dont_redirect": True,
+                "dont_merge_cookies": True,
+                "dont_cache": True,
+                "handle_httpstatus_all": True,
+                "download_timeout": self._probe_timeout,
+            },
+        )
+        ip: str | None = None
+        try:
+            engine = self.crawler.engine
+            assert engine is not None
+            if hasattr(engine, "download_async"):
+                response = await engine.download_async(request)
+            else:  # Scrapy < 2.14
+                response = await maybe_deferred_to_future(engine.download(request))
+            ip = parse_probe_response(response)
+            if ip is None:
+                logger.warning(
+                    "scrapy-polite: exit-IP probe via %s got no IP address (status %d)",
+                    endpoint.label, response.status,
+                )
+        except Exception as exc:
+            logger.warning("scrapy-polite: exit-IP probe via %s failed: %r", endpoint.label, exc)
+        finally:
+            self._probing.pop(endpoint.key, None)
+        self._probed[endpoint.key] = ip
+        self.stats.inc_value("polite/exit_ip_probe/" + ("ok" if ip else "failed"))
+        logger.debug("scrapy-polite: %s exits from %s", endpoint.label, ip)
 
     # -- views --------------------------------------------------------------
 
@@ -166,37 +337,43 @@ class PoliteStats:
 
     def percentile(self, p: float, host: str | None = None) -> float | None:
         """Download latency percentile in seconds (overall or for *host*)."""
-        hist = self.latency if host is None else self.hosts[host].latency
-        if hist.get_total_count() == 0:
-            return None
-        return hist.get_value_at_percentile(p) / 1000.0
+        return _percentile(self.latency if host is None else self.hosts[host].latency, p)
 
     def summary(self) -> dict[str, Any]:
         now = time.time()
         window, overall = self.pages_per_min(now)
         return {
+            "elapsed": round(now - self.started, 3),
             "pages_per_min": round(overall, 2),
             "pages_per_min_window": round(window, 2),
             "success_rate": round(self.ok / self.total, 4) if self.total else None,
             "attempts": self.total,
             "success": self.ok,
             "rate_limited": self.rate_limited,
+            "bans": self.bans,
+            "gave_up": self.gave_up,
+            "exceptions": dict(self.exceptions),
             "latency_p50": self.percentile(50),
             "latency_p95": self.percentile(95),
             "latency_p99": self.percentile(99),
+            "wait_p50": _percentile(self.wait, 50),
+            "wait_p95": _percentile(self.wait, 95),
+            "wait_p99": _percentile(self.wait, 99),
+            "exit_ips": len(self.exit_ips),
+            "requests_per_exit_ip": dict(self.exit_ips),
+            "exit_ip_sources": dict(self.exit_ip_sources),
             "hosts": {
                 host: {
-                    "attempts": h.total,
-                    "success": h.ok,
-                    "statuses": dict(h.statuses),
+                    **h.as_dict(),
                     "exit_ips": len(h.exit_ips),
                     "requests_per_exit_ip": dict(h.exit_ips),
                     "latency_p50": self.percentile(50, host),
                     "latency_p95": self.percentile(95, host),
+                    "latency_p99": self.percentile(99, host),
                 }
                 for host, h in self.hosts.items()
             },
-            "endpoints": {ep: dict(c) for ep, c in self.endpoints.items()},
+            "endpoints": {ep: e.as_dict() for ep, e in self.endpoints.items()},
             "sessions": self.runtime.gate.sessions(),
         }
 
@@ -212,7 +389,26 @@ class PoliteStats:
         if self.config.prometheus_port is not None:
             from .prometheus import PrometheusExporter
 
-            self._prom = PrometheusExporter(self.config.prometheus_address, self.config.prometheus_port)
+            try:
+                self._prom = PrometheusExporter(self.config.prometheus_address, self.config.prometheus_port)
+            except OSError as exc:
+                logger.error(
+                    "scrapy-polite: no Prometheus metrics, cannot listen on %s:%s: %s",
+                    self.config.prometheus_address, self.config.prometheus_port, exc,
+                )
+            else:
+                logger.info("scrapy-polite: Prometheus metrics on %s", self._prom.url)
+        if self._probe_url:
+            # Not awaited: the crawl starts at once; outcomes through an endpoint
+            # whose probe has not answered yet carry no exit IP.
+            for st in list(self.runtime.gate.endpoints.values()):
+                if not st.removed:
+                    self._start_probe(st.endpoint)
+
+    @property
+    def prometheus_url(self) -> str | None:
+        """Where the metrics are served (``None`` when Prometheus is off)."""
+        return self._prom.url if self._prom is not None else None
 
     def _log(self) -> None:
         window, overall = self.pages_per_min()
@@ -233,45 +429,110 @@ class PoliteStats:
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
+        if self._prom is not None:
+            self._prom.close()
+            self._prom = None
         s = self.summary()
         set_value = self.stats.set_value
-        set_value("polite/pages_per_min", s["pages_per_min"])
-        set_value("polite/success_rate", s["success_rate"])
-        for p in (50, 95, 99):
-            if s[f"latency_p{p}"] is not None:
-                set_value(f"polite/latency/p{p}", s[f"latency_p{p}"])
+        for key in ("pages_per_min", "pages_per_min_window", "success_rate", "exit_ips"):
+            set_value(f"polite/{key}", s[key])
+        for name in ("latency", "wait"):
+            for p in (50, 95, 99):
+                if s[f"{name}_p{p}"] is not None:
+                    set_value(f"polite/{name}/p{p}", s[f"{name}_p{p}"])
+        for ip, n in s["requests_per_exit_ip"].items():
+            set_value(f"polite/exit_ip/{ip}", n)
         for host, h in s["hosts"].items():
-            set_value(f"polite/host/{host}/exit_ips", h["exit_ips"])
+            prefix = f"polite/host/{host}"
+            for key in ("attempts", "success", "exit_ips"):
+                set_value(f"{prefix}/{key}", h[key])
             for label, n in h["statuses"].items():
-                set_value(f"polite/host/{host}/status/{label}", n)
-            if h["latency_p95"] is not None:
-                set_value(f"polite/host/{host}/latency/p50", h["latency_p50"])
-                set_value(f"polite/host/{host}/latency/p95", h["latency_p95"])
-        for ep, counts in s["endpoints"].items():
-            for label, n in counts.items():
+                set_value(f"{prefix}/status/{label}", n)
+            for p in (50, 95, 99):
+                if h[f"latency_p{p}"] is not None:
+                    set_value(f"{prefix}/latency/p{p}", h[f"latency_p{p}"])
+        for ep, e in s["endpoints"].items():
+            set_value(f"polite/endpoint/{ep}/attempts", e["attempts"])
+            for label, n in e["statuses"].items():
                 set_value(f"polite/endpoint/{ep}/status/{label}", n)
         set_value("polite/sessions_map", s["sessions"])
         logger.info("scrapy-polite summary:\n%s", format_summary(s), extra={"spider": spider})
 
 
+def parse_probe_response(response: Response) -> str | None:
+    """The IP address an IP-echo service answered: JSON ``{"ip": ...}`` or plain text."""
+    if response.status != 200:
+        return None
+    return parse_probe_body(response.body)
+
+
+def parse_probe_body(body: bytes) -> str | None:
+    text = body.decode("utf-8", "replace").strip()
+    candidate: Any = None
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            # "ip" (ipify and most), "origin" (httpbin, may list several hops).
+            candidate = next((data[k] for k in ("ip", "origin") if isinstance(data.get(k), str)), None)
+    elif text:
+        candidate = text.split()[0]
+    if not isinstance(candidate, str):
+        return None
+    try:
+        return str(ipaddress.ip_address(candidate.split(",")[0].strip()))
+    except ValueError:
+        return None
+
+
 def format_summary(s: dict[str, Any]) -> str:
     """A readable end-of-run table per host and per endpoint."""
-    def fmt(v: float | None) -> str:
+
+    def sec(v: float | None) -> str:
         return "-" if v is None else f"{v:.3f}s"
 
+    def others(statuses: dict[str, int]) -> str:
+        rest = {k: v for k, v in statuses.items() if k not in {"200", "429", "403"}}
+        return ", ".join(f"{k}: {v}" for k, v in sorted(rest.items())) or "-"
+
+    attempts = s["attempts"]
+    pct = 100.0 * s["rate_limited"] / attempts if attempts else 0.0
+    exc = ", ".join(f"{k} {v}" for k, v in sorted(s["exceptions"].items())) or "none"
+    sources = ", ".join(f"{k} {v}" for k, v in sorted(s["exit_ip_sources"].items())) or "-"
     lines = [
-        f"  successful pages/min {s['pages_per_min']:.1f}, success rate "
-        f"{(s['success_rate'] or 0) * 100:.1f}%, {s['attempts']} attempts, "
-        f"{s['rate_limited']} rate-limited, P50 {fmt(s['latency_p50'])} P95 {fmt(s['latency_p95'])}",
-        f"  {'host':<28} {'attempts':>8} {'ok':>6} {'429':>5} {'exit IPs':>8} {'P50':>8} {'P95':>8}",
+        f"  {s['success']} successful pages of {attempts} attempts in {s.get('elapsed', 0):.1f} s: "
+        f"{s['pages_per_min']:.1f} pages/min (last window {s['pages_per_min_window']:.1f}), "
+        f"success rate {(s['success_rate'] or 0) * 100:.1f}%",
+        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), 403 bans {s['bans']}, gave up {s['gave_up']}, "
+        f"exceptions: {exc}",
+        f"  download latency P50 {sec(s['latency_p50'])} P95 {sec(s['latency_p95'])} "
+        f"P99 {sec(s['latency_p99'])}; gate wait P50 {sec(s['wait_p50'])} P95 {sec(s['wait_p95'])}",
+        f"  {s['exit_ips']} exit IPs (source: {sources})",
+        "",
     ]
-    for host, h in sorted(s["hosts"].items()):
+    hosts = s["hosts"]
+    w = max([len("host"), *(len(h) for h in hosts)])
+    lines.append(
+        f"  {'host':<{w}} {'attempts':>8} {'ok':>7} {'429':>6} {'403':>5} {'exit IPs':>8} "
+        f"{'P50':>8} {'P95':>8} {'P99':>8}  other"
+    )
+    for host, h in sorted(hosts.items()):
+        st = h["statuses"]
         lines.append(
-            f"  {host:<28} {h['attempts']:>8} {h['success']:>6} {h['statuses'].get('429', 0):>5} "
-            f"{h['exit_ips']:>8} {fmt(h['latency_p50']):>8} {fmt(h['latency_p95']):>8}"
+            f"  {host:<{w}} {h['attempts']:>8} {h['success']:>7} {st.get('429', 0):>6} {st.get('403', 0):>5} "
+            f"{h['exit_ips']:>8} {sec(h['latency_p50']):>8} {sec(h['latency_p95']):>8} "
+            f"{sec(h['latency_p99']):>8}  {others(st)}"
         )
-    lines.append(f"  {'endpoint':<44} statuses")
-    for ep, counts in sorted(s["endpoints"].items()):
-        shown = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-        lines.append(f"  {ep:<44} {shown}")
+    eps = s["endpoints"]
+    if eps:
+        w = max([len("endpoint"), *(len(e) for e in eps)])
+        lines += ["", f"  {'endpoint':<{w}} {'attempts':>8} {'ok':>7} {'429':>6} {'403':>5}  other"]
+        for ep, e in sorted(eps.items()):
+            st = e["statuses"]
+            lines.append(
+                f"  {ep:<{w}} {e['attempts']:>8} {e['success']:>7} {st.get('429', 0):>6} "
+                f"{st.get('403', 0):>5}  {others(st)}"
+            )
     return "\n".join(lines)
