@@ -171,3 +171,36 @@ def test_bad_setting_from_scrapy_crawl_command() -> None:
     assert proc.returncode != 0
     assert "POLITE_PROXIES='socks5://127.0.0.1:1080' is invalid" in proc.stderr
     assert "Scrapy cannot use socks5 proxies" in proc.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_proxy_auth_matches_endpoint_and_credentials_stay_masked(sandbox, caplog) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=15)], proxies=ProxyConfig(count=3, auth=("alice", "s3cret"))))
+    wrong = sb.proxy_urls[0].replace("s3cret", "wrong")
+    proxies = [wrong, *sb.proxy_urls[1:]]
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": proxies, "POLITE_ENDPOINT_BACKOFF": (30, 60)},
+                         start_url=sb.site_url("a"))
+    log = sb.log()
+    assert sorted(items_fetched(log)) == list(range(1, 16))
+    # The endpoint with the wrong password got 407s, was backed off, and its requests went elsewhere.
+    assert result.stats.get("polite/status/407", 0) >= 1
+    assert sb.proxy_exit_ips[0] not in {e["ip"] for e in log}
+    assert {e["ip"] for e in log} == set(sb.proxy_exit_ips[1:])
+    text = caplog.text + repr(result.stats)
+    assert "s3cret" not in text and "wrong" not in text
+
+
+@pytest_twisted.ensureDeferred
+async def test_ban_benches_endpoint_for_that_host_only(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(name="a"), site(name="b", pages=6)], proxies=ProxyConfig(count=4)))
+    urls = f"{sb.site_url('a')}/status/403 {sb.site_url('b')}"
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.1, 0.2)},
+                         start_url=urls)
+    log = sb.log()
+    banned = [e for e in log if e["site"] == "a" and e["path"] == "/status/403"]
+    # Tried through three different endpoints (two re-queues), then handed to the spider as a 403.
+    assert len(banned) == 3 and len({e["ip"] for e in banned}) == 3
+    assert result.stats["polite/bans"] == 3
+    # Site b is still served through the endpoints site a benched.
+    assert {e["ip"] for e in banned} <= {e["ip"] for e in log if e["site"] == "b"}
+    assert sorted(items_fetched(log, "b")) == list(range(1, 7))

@@ -26,8 +26,8 @@ def assert_nothing_lost(log, pages: int, result) -> None:
     assert not result.stats.get("polite/gave_up")
 
 
-def quiet_after_429(log, site_name: str = "a") -> list[tuple[float, float]]:
-    """For each 429 (with its advertised wait), how long until that IP came back."""
+def quiet_after_429(log, site_name: str = "a", status: int = 429) -> list[tuple[float, dict]]:
+    """For each rate-limit answer, how long until that IP came back to the site."""
     by_ip = defaultdict(list)
     for e in sorted(log, key=lambda e: e["t_start"]):
         if e["site"] == site_name:
@@ -35,7 +35,7 @@ def quiet_after_429(log, site_name: str = "a") -> list[tuple[float, float]]:
     gaps = []
     for entries in by_ip.values():
         for a, b in zip(entries, entries[1:]):
-            if a["status"] == 429:
+            if a["status"] == status:
                 gaps.append((b["t_start"] - a["t_start"], a))
     return gaps
 
@@ -174,3 +174,37 @@ async def test_adaptive_mode_goes_past_the_configured_spacing_and_backs_off(sand
     for e in log:
         starts[e["ip"]].append(e["t_start"])
     assert min(b - a for ts in starts.values() for a, b in zip(ts, ts[1:])) >= 0.3 - 0.02
+
+
+@pytest_twisted.ensureDeferred
+async def test_503_with_retry_after_is_a_rate_signal(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=12, per_ip_rate=1.0, per_ip_burst=1, rate_limited_status=503,
+                                           retry_after=2)], proxies=ProxyConfig(count=2)))
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.5, 0.7)},
+                         start_url=sb.site_url("a"))
+    log = sb.log()
+    gaps = quiet_after_429(log, status=503)
+    assert gaps and min(g for g, _ in gaps) >= 2.0 - 0.05
+    assert result.stats.get("polite/rate_limited", 0) == len(gaps)
+    assert_nothing_lost(log, 12, result)
+
+
+@pytest_twisted.ensureDeferred
+async def test_proxy_429_on_connect_cools_the_endpoint(sandbox) -> None:
+    # Tunnels are kept alive, so CONNECTs happen once per proxy and site: three TLS
+    # sites make each proxy open three, faster than its own limit allows.
+    names = ("a", "b", "c")
+    sb = sandbox(SandboxConfig(sites=[site(name=n, pages=4, tls=True) for n in names],
+                               proxies=ProxyConfig(count=3, proxy_rate=0.2)))
+    assert sb.site_url("a").startswith("https://")
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.3, 0.5),
+                                           "POLITE_COOLDOWN": (1.0, 1.5)},
+                         start_url=" ".join(sb.site_url(n) for n in names))
+    log = sb.log()
+    assert result.stats.get("polite/exception/TunnelError", 0) > 0
+    assert result.stats.get("polite/rate_limited", 0) > 0
+    assert not result.stats.get("polite/throttle/changes")
+    assert statuses(log).get(429, 0) == 0
+    for n in names:
+        assert sorted(items_fetched(log, n)) == [1, 2, 3, 4]
+    assert not result.stats.get("polite/gave_up")
