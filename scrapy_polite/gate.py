@@ -100,6 +100,7 @@ class Gate(Protocol):
 
     def acquire(self, host: str, session: str | None = None, not_before: float = 0.0) -> Deferred: ...
     def release(self, lease: Lease) -> None: ...
+    def expire_leases(self, max_age: float) -> list[Lease]: ...
     def host(self, host: str) -> HostState: ...
     def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None: ...
     def ban_endpoint(self, endpoint_key: str, host: str, seconds: float) -> None: ...
@@ -154,6 +155,7 @@ class LocalGate:
         self._timer: object | None = None
         self._timer_at: float = float("inf")
         self._closed: str | None = None
+        self._leases: dict[int, Lease] = {}
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -300,6 +302,18 @@ class LocalGate:
             st.failures = 0
             st.unhealthy_until = 0.0
 
+    def expire_leases(self, max_age: float) -> list[Lease]:
+        """Release leases held longer than *max_age* seconds, and return them.
+
+        A request that vanished between the gate and the downloader (dropped
+        by another component) must not hold its endpoint forever.
+        """
+        cutoff = self._clock() - max_age
+        stale = [lease for lease in self._leases.values() if lease.granted_at < cutoff]
+        for lease in stale:
+            self.release(lease)
+        return stale
+
     def close(self, reason: str) -> None:
         """Fail every waiter, so the engine can close instead of hanging."""
         if self._closed:
@@ -336,6 +350,7 @@ class LocalGate:
         if lease.released:
             return
         lease.released = True
+        self._leases.pop(id(lease), None)
         st = self._endpoints.get(lease.endpoint.key)
         if st is not None:
             st.inflight -= 1
@@ -513,6 +528,7 @@ class LocalGate:
             s.queue.popleft()
         waiter.done = True
         lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created)
+        self._leases[id(lease)] = lease
         waiter.deferred.callback(lease)
 
     def _schedule(self, at: float) -> None:

@@ -131,7 +131,7 @@ class PoliteProxyMiddleware:
         self.stats.set_value("polite/endpoints", len(labels))
         from twisted.internet import task
 
-        loops = [(task.LoopingCall(self._watch_engine), 0.5)]
+        loops = [(task.LoopingCall(self._watch_engine), 0.5), (task.LoopingCall(self._expire_leases), 5.0)]
         if cfg.proxies_file:
             self._file_mtime = _mtime(cfg.proxies_file)
             loops.append((task.LoopingCall(self._reload_proxies_file), cfg.proxies_file_check_interval))
@@ -153,6 +153,15 @@ class PoliteProxyMiddleware:
         if engine is not None and (not engine.running or getattr(slot, "closing", None) is not None):
             self._closing = True
             self.gate.close("spider closing")
+
+    def _expire_leases(self) -> None:
+        for lease in self.gate.expire_leases(self.config.lease_timeout):
+            self.stats.inc_value("polite/leases_expired")
+            logger.warning(
+                "scrapy-polite: released %s for %s after %.0f s without an answer "
+                "(the request never reached the downloader or never came back)",
+                lease.endpoint.label, lease.host, self.config.lease_timeout,
+            )
 
     def _reload_proxies_file(self) -> None:
         path = self.config.proxies_file

@@ -298,3 +298,15 @@ def test_throttle_parks_host_hammering_at_floor() -> None:
     ft.advance(2)
     policy.rate_limited("a", ep, 1.0)
     assert gate.host("a").paused_until == pytest.approx(ft.now + 30)
+
+
+def test_stale_leases_expire() -> None:
+    gate, ft = make_gate(n=1, delay=(0.0, 0.0))
+    first = granted([gate.acquire("a")])
+    second = granted([gate.acquire("a")])
+    assert len(first) == 1 and not second
+    ft.advance(30)
+    assert gate.expire_leases(60) == []
+    ft.advance(31)
+    assert gate.expire_leases(60) == first
+    assert len(second) == 1
