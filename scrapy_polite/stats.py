@@ -59,6 +59,11 @@ def _capped(table: dict[str, Any], key: str, limit: int) -> str:
     return key if key in table or len(table) < limit else OTHER
 
 
+def _distinct(counter: Counter[str]) -> int:
+    """Distinct names tracked; the pooled OTHER bucket is not one of them."""
+    return len(counter) - (OTHER in counter)
+
+
 def _percentile(hist: HdrHistogram, p: float) -> float | None:
     if hist.get_total_count() == 0:
         return None
@@ -83,12 +88,14 @@ class _Window:
         self._trim(now)
 
     def _trim(self, now: float) -> None:
-        while self._buckets and self._buckets[0][0] <= int(now) - self.seconds:
+        while self._buckets and self._buckets[0][0] + 1 <= now - self.seconds:
             self._buckets.popleft()
 
     def rate_per_min(self, now: float, started: float) -> float:
+        """Successes per minute over ``(now - seconds, now]``; the oldest second counts pro rata."""
         self._trim(now)
-        ok = sum(b[1] for b in self._buckets)
+        start = now - self.seconds
+        ok = sum(b[1] * min(1.0, b[0] + 1 - start) for b in self._buckets)
         span = min(self.seconds, max(1e-9, now - started))
         return ok * 60.0 / span
 
@@ -123,6 +130,8 @@ class _Counts:
 
 
 class HostStats(_Counts):
+    """Per-host counts plus a latency histogram and requests per exit IP."""
+
     __slots__ = ("latency", "exit_ips")
 
     def __init__(self) -> None:
@@ -232,7 +241,7 @@ class PoliteStats:
         if self._jsonl_path:
             self._write_jsonl(outcome)
         if self._prom is not None:
-            self._prom.observe(outcome, label, host, endpoint, len(h.exit_ips))
+            self._prom.observe(outcome, label, host, endpoint, _distinct(h.exit_ips))
             self._prom.set_rates(*self.pages_per_min(outcome.time))
 
     def _gave_up(self, request: Any = None, reason: str = "") -> None:
@@ -359,13 +368,13 @@ class PoliteStats:
             "wait_p50": _percentile(self.wait, 50),
             "wait_p95": _percentile(self.wait, 95),
             "wait_p99": _percentile(self.wait, 99),
-            "exit_ips": len(self.exit_ips),
+            "exit_ips": _distinct(self.exit_ips),
             "requests_per_exit_ip": dict(self.exit_ips),
             "exit_ip_sources": dict(self.exit_ip_sources),
             "hosts": {
                 host: {
                     **h.as_dict(),
-                    "exit_ips": len(h.exit_ips),
+                    "exit_ips": _distinct(h.exit_ips),
                     "requests_per_exit_ip": dict(h.exit_ips),
                     "latency_p50": self.percentile(50, host),
                     "latency_p95": self.percentile(95, host),
@@ -413,26 +422,28 @@ class PoliteStats:
     def _log(self) -> None:
         window, overall = self.pages_per_min()
         health = self.runtime.gate.health_counts()
-        p50, p95 = self.percentile(50), self.percentile(95)
+        p50, p95, p99 = (self.percentile(p) for p in (50, 95, 99))
         logger.info(
             "scrapy-polite: %.1f pages/min now, %.1f overall; %d/%d ok, 429s %.1f%%; "
-            "P50 %s P95 %s; endpoints %d healthy, %d cooling, %d dead; %d waiting",
+            "P50 %s P95 %s P99 %s; endpoints %d healthy, %d cooling, %d dead; %d waiting",
             window, overall, self.ok, self.total,
             100.0 * self.rate_limited / self.total if self.total else 0.0,
-            f"{p50:.3f}s" if p50 is not None else "-", f"{p95:.3f}s" if p95 is not None else "-",
+            *(f"{p:.3f}s" if p is not None else "-" for p in (p50, p95, p99)),
             health["healthy"], health["cooling"], health["dead"], self.runtime.gate.waiting(),
         )
 
-    def _closed(self, spider: Any, reason: str) -> None:
+    def _closed(self, spider: Any, reason: str) -> Any:
+        s = self.summary()
         if self._loop is not None and self._loop.running:
             self._loop.stop()
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
-        if self._prom is not None:
-            self._prom.close()
-            self._prom = None
-        s = self.summary()
+        self._export(s, spider)
+        prom, self._prom = self._prom, None
+        return None if prom is None else _close_off_thread(prom)
+
+    def _export(self, s: dict[str, Any], spider: Any) -> None:
         set_value = self.stats.set_value
         for key in ("pages_per_min", "pages_per_min_window", "success_rate", "exit_ips"):
             set_value(f"polite/{key}", s[key])
@@ -457,6 +468,14 @@ class PoliteStats:
                 set_value(f"polite/endpoint/{ep}/status/{label}", n)
         set_value("polite/sessions_map", s["sessions"])
         logger.info("scrapy-polite summary:\n%s", format_summary(s), extra={"spider": spider})
+
+
+async def _close_off_thread(prom: Any) -> None:
+    """Stopping the HTTP server takes up to its 0.5 s poll: not on the reactor thread."""
+    from scrapy.utils.defer import maybe_deferred_to_future
+    from twisted.internet.threads import deferToThread
+
+    await maybe_deferred_to_future(deferToThread(prom.close))
 
 
 def parse_probe_response(response: Response) -> str | None:

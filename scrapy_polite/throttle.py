@@ -1,14 +1,16 @@
 """HostThrottle: adapts each host's concurrency and spacing to its 429s.
 
 AIMD, as TCP does it: a rate signal halves the host's concurrency for the
-whole pool (floor 1), halves its total request rate (a minimum interval
-between any two requests to the host, which is what slows a pool against
-a fast site, where fewer requests in flight alone would not) and widens
-each endpoint's spacing; a window of clean responses adds one back (up to ``POLITE_HOST_CONCURRENCY_MAX``) and narrows spacing
+whole pool (floor 1) and widens each endpoint's spacing (the remedy for a
+per-IP limit). Signals from several endpoints at once mean a host-wide
+limit: the host pauses and its total request rate is halved (a minimum
+interval between any two requests to it, which is what slows a pool
+against a fast site, where fewer requests in flight alone would not). A
+window of clean responses adds one back (up to
+``POLITE_HOST_CONCURRENCY_MAX``), raises the host rate and narrows spacing
 toward ``POLITE_DELAY`` (or, with ``POLITE_ADAPTIVE``, below it down to
-``POLITE_DELAY_FLOOR``). 429s from several endpoints at once mean a
-host-wide limit, so the whole host pauses; a host that keeps answering 429
-at the floor is parked for a growing interval.
+``POLITE_DELAY_FLOOR``). A host that keeps answering 429 at the floor is
+parked for a growing interval.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: How much a 429 widens spacing, and how much a clean window narrows it.
-DELAY_GROWTH = 1.5
+DELAY_GROWTH = 1.25
 DELAY_SHRINK = 0.85
 #: Spacing never grows past this multiple of ``POLITE_DELAY``.
 DELAY_CEILING = 4.0
+#: In adaptive mode the jitter band narrows by this much more than the delay,
+#: down to this fraction of the delay.
+JITTER_SHRINK = 0.7
+MIN_JITTER = 0.2
 #: A host interval below this is dropped: the other limits bind first.
 MIN_INTERVAL = 0.02
 
@@ -102,8 +108,8 @@ class ThrottlePolicy:
         h = gate.host(host)
         old = self._snapshot(host)
         reasons = []
-        # One decrease per cooldown window: a burst of 429s is one signal.
-        if now - p.last_decrease >= max(1.0, min(delay, cfg.recovery_window)):
+        # One decrease per recovery window: a burst of 429s is one signal.
+        if now - p.last_decrease >= max(1.0, cfg.recovery_window):
             p.last_decrease = now
             p.last_change = now
             if h.limit > 1:
@@ -111,10 +117,6 @@ class ThrottlePolicy:
                 reasons.append(f"{status} via {endpoint.label}")
             else:
                 p.floor_hits += 1
-            if rate > 0:
-                interval = max(h.interval / cfg.backoff_factor, 1.0 / (rate * cfg.backoff_factor))
-                gate.set_host_interval(host, min(interval, cfg.delay[1] * DELAY_CEILING))
-                reasons.append(f"rate {rate:.2f} -> {1 / h.interval:.2f} req/s")
             base_lo, base_hi = cfg.delay
             lo, hi = h.delay
             ceiling = DELAY_CEILING * base_hi
@@ -127,9 +129,17 @@ class ThrottlePolicy:
             p.recent.popleft()
         distinct = len({k for _, k in p.recent})
         if distinct >= cfg.host_pause_endpoints and h.paused_until < now:
+            # Several exit IPs limited at once: the host caps its total rate, so
+            # fewer requests per endpoint would not help; slow the host itself.
             gate.pause_host(host, delay)
-            reasons.append(f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s")
+            reasons.append(
+                f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s"
+            )
             p.recent.clear()
+            if rate > 0:
+                interval = max(h.interval / cfg.backoff_factor, 1.0 / (rate * cfg.backoff_factor))
+                gate.set_host_interval(host, min(interval, cfg.delay[1] * DELAY_CEILING))
+                reasons.append(f"host rate {rate:.2f} -> {1 / h.interval:.2f} req/s")
         if p.floor_hits >= cfg.park_after:
             p.floor_hits = 0
             p.parks += 1
@@ -168,8 +178,12 @@ class ThrottlePolicy:
         if lo > floor_lo + 1e-9:
             new_lo = max(floor_lo, lo * DELAY_SHRINK)
             scale = new_lo / lo if lo else DELAY_SHRINK
-            # The jitter narrows with the delay but never to zero.
-            new_hi = max(new_lo * 1.25, hi * scale) if cfg.adaptive else max(cfg.delay[1], hi * scale)
+            if cfg.adaptive:
+                # The jitter narrows faster than the delay, but never to zero: a
+                # narrow band just above the limit beats a wide one straddling it.
+                new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * scale * JITTER_SHRINK)
+            else:
+                new_hi = max(cfg.delay[1], hi * scale)
             h.delay = (new_lo, new_hi)
             reasons.append("clean window: spacing narrowed")
         elif not cfg.adaptive and hi > cfg.delay[1]:

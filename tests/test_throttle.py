@@ -164,11 +164,15 @@ async def test_adaptive_mode_goes_past_the_configured_spacing_and_backs_off(sand
     assert counts.get(403, 0) == 0
     assert_nothing_lost(log, 80, result)
     assert counts.get(429, 0) <= 0.15 * len(log)
-    # With POLITE_DELAY's 0.8 s minimum, 4 endpoints can never exceed 5 req/s.
-    second_half = log[len(log) // 2:]
-    ok = sum(e["status"] == 200 for e in second_half)
-    rate = ok / (second_half[-1]["t_start"] - second_half[0]["t_start"])
-    assert rate > 5.0, f"adaptive mode stayed at {rate:.2f} req/s"
+    # POLITE_DELAY alone never spaces an endpoint's requests less than 0.8 s apart;
+    # adaptive mode must have searched below that for a good part of the second half.
+    by_ip = defaultdict(list)
+    for e in log:
+        by_ip[e["ip"]].append(e["t_start"])
+    half = log[len(log) // 2]["t_start"]
+    gaps = sorted(b - a for ts in by_ip.values() for a, b in zip(ts, ts[1:]) if a >= half)
+    below = sum(g < 0.8 for g in gaps) / len(gaps)
+    assert below >= 0.25, f"only {below:.0%} of spacings below POLITE_DELAY's minimum"
     # The floor holds: no endpoint ever went below POLITE_DELAY_FLOOR.
     starts = defaultdict(list)
     for e in log:

@@ -1,0 +1,368 @@
+"""Run the benchmark matrix (scenarios x clients) against fresh sandboxes and write the report.
+
+``python benchmarks/run.py [--quick] [--out DIR] [--jobs N] [--only SCENARIO,...] [--clients NAME,...]``
+
+Every crawl runs in its own subprocess (``crawl_client.py``) against its own
+sandbox, bounded by a page budget, a wall-clock limit (CLOSESPIDER_TIMEOUT or
+``asyncio.wait_for``) and a hard subprocess timeout. Metrics come from the
+sandbox's access log. Writes ``results.json``, ``results.md`` and SVG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import gate_bench  # noqa: E402
+import svg  # noqa: E402
+from crawl_client import CLIENTS  # noqa: E402
+from metrics import compute  # noqa: E402
+from scenarios import Scenario, build, overhead_scenario  # noqa: E402
+
+from scrapy_polite.sandbox import Sandbox  # noqa: E402
+
+HARD_MARGIN = 25.0
+GATEWAY_SESSIONS = 10
+POLITE = ("polite-defaults", "polite-adaptive")
+
+
+def rotating_proxies_problem() -> str | None:
+    """Why scrapy-rotating-proxies cannot run here, or ``None`` if it imports."""
+    proc = subprocess.run([sys.executable, "-c", "import scrapy, rotating_proxies.middlewares"],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode == 0:
+        return None
+    return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
+
+
+def run_one(sc: Scenario, client: str, out: Path) -> dict[str, Any]:
+    """One crawl of *client* on a fresh sandbox of *sc*; metrics from the access log."""
+    work = out / "runs" / f"{sc.name}--{client}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    sb = Sandbox(sc.config, work / "sandbox")
+    sb.start()
+    applied: list[dict[str, Any]] = []
+    killed = False
+    try:
+        if sc.via_gateway:
+            template = sb.gateway_template or ""
+            proxies = [template.replace("{session}", f"s{i}") for i in range(GATEWAY_SESSIONS)]
+            polite_proxies = [template]
+        else:
+            proxies = polite_proxies = sb.proxy_urls
+        settings = dict(sc.settings)
+        if client in POLITE:
+            settings.update(sc.polite_settings)
+            settings.setdefault("POLITE_GATEWAY_SESSIONS", GATEWAY_SESSIONS)
+        args = {
+            "spider": sc.spider, "start_urls": [sb.site_url(s.name) for s in sc.config.sites],
+            "users": sc.users, "proxies": proxies, "polite_proxies": polite_proxies,
+            "time_limit": sc.time_limit, "page_budget": sc.page_budget, "settings": settings,
+            "result": str(work / "result.json"), "log_file": str(work / "crawl.log"),
+        }
+        (work / "args.json").write_text(json.dumps(args, indent=1))
+        cmd = [sys.executable, str(HERE / "crawl_client.py"), "--client", client, "--scenario", sc.name,
+               "--json", f"@{work / 'args.json'}"]
+        with open(work / "stdout.log", "wb") as so, open(work / "stderr.log", "wb") as se:
+            t0 = time.time()
+            proc = subprocess.Popen(cmd, stdout=so, stderr=se, cwd=HERE.parent)
+            done = threading.Event()
+            thread = threading.Thread(target=_events, args=(sb, sc, t0, done, applied), daemon=True)
+            thread.start()
+            try:
+                rc = proc.wait(timeout=sc.time_limit + HARD_MARGIN)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait(timeout=10)
+                killed = True
+            wall = time.time() - t0
+            done.set()
+            thread.join(timeout=10)
+        log = sb.log()
+    finally:
+        sb.stop()
+    res_path = work / "result.json"
+    crawler = json.loads(res_path.read_text()) if res_path.exists() else {}
+    m = compute(log, sc, t0)
+    return {"scenario": sc.name, "client": client, "rc": rc, "killed": killed, "wall": wall,
+            "events": applied, "crawler": crawler, **m}
+
+
+def _events(sb: Sandbox, sc: Scenario, t0: float, done: threading.Event, applied: list[dict[str, Any]]) -> None:
+    for ev in sorted(sc.events, key=lambda e: e.at):
+        if done.wait(max(0.0, t0 + ev.at - time.time())):
+            return
+        if ev.action == "host_rate":
+            sb.set_host_rate(str(ev.target), ev.value)
+        elif ev.action == "die":
+            sb.fail_proxy(ev.target, "die")
+        applied.append({"at": time.time() - t0, "action": ev.action, "target": ev.target, "value": ev.value})
+
+
+def overhead(quick: bool, out: Path) -> dict[str, Any]:
+    """CPU seconds per 1,000 requests, polite vs plain Scrapy, on an unlimited site (runs alone)."""
+    sc = overhead_scenario(quick)
+    reps = 2 if quick else 3
+    per: dict[str, list[dict[str, float]]] = {"scrapy-defaults": [], "polite-defaults": []}
+    for rep in range(reps):
+        for client in per:
+            r = run_one(sc, client, out / f"overhead{rep}")
+            n = max(1, r.get("requests", 0))
+            c = r.get("crawler", {})
+            per[client].append({
+                "requests": n,
+                "crawl_cpu_per_1k": 1000 * c.get("crawl_cpu", float("nan")) / n,
+                "total_cpu_per_1k": 1000 * c.get("total_cpu", float("nan")) / n,
+                "req_per_s": n / max(r.get("span", 1e-9), 1e-9),
+            })
+    summary = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in per.items()}
+    plain, polite = summary["scrapy-defaults"], summary["polite-defaults"]
+    return {"runs": per, "median": summary,
+            "ratio_crawl_cpu": polite["crawl_cpu_per_1k"] / plain["crawl_cpu_per_1k"],
+            "ratio_total_cpu": polite["total_cpu_per_1k"] / plain["total_cpu_per_1k"]}
+
+
+def find(results: list[dict[str, Any]], scenario: str, client: str) -> dict[str, Any] | None:
+    """The result of one cell, if it ran."""
+    return next((r for r in results if r["scenario"] == scenario and r["client"] == client), None)
+
+
+def checks(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's acceptance checks, evaluated on the measured numbers."""
+    out = []
+
+    def add(name: str, r: dict[str, Any] | None, ok: bool | None, detail: str) -> None:
+        out.append({"check": name, "pass": ok if r is not None else None,
+                    "detail": detail if r is not None else "not run"})
+
+    r = find(results, "unlimited", "polite-defaults")
+    if r:
+        e = r.get("steady_efficiency") or 0.0
+        add("polite-defaults on unlimited >= 0.95 of what spacing allows", r, e >= 0.95,
+            f"steady {e:.3f} ({r.get('steady_rate', 0):.2f} of {r['limit']:.2f} pages/s); "
+            f"whole run {r['efficiency']:.3f}")
+    else:
+        add("polite-defaults on unlimited >= 0.95 of what spacing allows", None, None, "")
+    for sc, limit429, label in (("per-ip", 0.03, "3%"), ("host-cap", 0.05, "5%")):
+        r = find(results, sc, "polite-adaptive")
+        name = f"polite-adaptive {sc} >= 0.85 of the limit, 429s < {label}, no 403s"
+        if r:
+            e = r.get("steady_efficiency") or 0.0
+            ok = e >= 0.85 and r["rate_429"] < limit429 and r["s403"] == 0
+            add(name, r, ok, f"steady {e:.3f} (whole run {r['efficiency']:.3f}); 429s {100 * r['rate_429']:.1f}% "
+                             f"({r['s429']}/{r['requests']}); 403s {r['s403']}")
+        else:
+            add(name, None, None, "")
+    for client in POLITE:
+        r = find(results, "shifting", client)
+        name = f"{client} shifting: back to >= 0.8 of the risen cap within 15 s"
+        rec = (r or {}).get("recovery") or {}
+        secs = rec.get("seconds")
+        add(name, r, secs is not None and secs <= 15,
+            (f"{secs:.1f} s" if secs is not None else
+             f"not reached in {rec.get('observed_after_rise', 0):.0f} s observed")
+            + f" (target {rec.get('target', 0):.1f} pages/s over 5 s; best 5 s window {rec.get('best_rate', 0):.2f})")
+    return out
+
+
+def fmt(v: Any, spec: str = ".2f") -> str:
+    """A table cell."""
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return format(v, spec)
+    return str(v)
+
+
+def report(data: dict[str, Any], out: Path) -> str:
+    """The markdown report."""
+    res = data["results"]
+    lines = [f"# scrapy-polite benchmarks ({'quick' if data['quick'] else 'full'})", "",
+             f"{data['started']}, {data['python']}, Scrapy {data['scrapy']}, {data['cpus']} CPUs, "
+             f"{data['jobs']} crawls at a time; total run time {data['run_seconds']:.0f} s.", "",
+             "Every number comes from the sandbox's access log. *eff* = successful pages/s divided by the "
+             "scenario's physical limit; *steady* uses the middle 80% of successful requests "
+             "(no discovery ramp-up, no tail), *run* the whole crawl. † = the crawl lost items (gave up on pages "
+             "it had requested), so its rate is over a crawl that did not do the work.", ""]
+    if data["notes"]:
+        lines += [f"- {n}" for n in data["notes"]] + [""]
+    lines += ["## Checks", "", "| check | result | numbers |", "|---|---|---|"]
+    for c in data["checks"]:
+        verdict = {True: "**pass**", False: "**FAIL**", None: "n/a"}[c["pass"]]
+        lines.append(f"| {c['check']} | {verdict} | {c['detail']} |")
+    lines += ["", "## Results", "",
+              "| scenario | client | ok pages | pages/min | limit/s | eff run | eff steady | 429 | 403 | 409 "
+              "| lost items | items ok | max in-flight/IP | P50 ms | P95 ms | wall s | end |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in res:
+        items = (f"{r.get('flows_ok')}/{r.get('flows_total')} flows" if r.get("flows_total") is not None
+                 else f"{r.get('items_ok', 0)}/{r.get('items_total')}")
+        dag = " †" if r.get("lost_items") else ""
+        end = "killed" if r["killed"] else (r.get("crawler", {}).get("finish_reason") or f"rc {r['rc']}")
+        lines.append("| " + " | ".join([
+            r["scenario"], r["client"], fmt(r.get("ok")), fmt(r.get("pages_per_min"), ".0f"),
+            fmt(r.get("limit")), fmt(r.get("efficiency")) + dag, fmt(r.get("steady_efficiency")) + dag,
+            fmt(r.get("s429")), fmt(r.get("s403")), fmt(r.get("s409")), fmt(r.get("lost_items")), items,
+            fmt(r.get("max_inflight_ip")), fmt((r.get("p50") or 0) * 1000, ".1f"),
+            fmt((r.get("p95") or 0) * 1000, ".1f"), fmt(r["wall"], ".1f"), end]) + " |")
+    sh = [r for r in res if r.get("recovery")]
+    if sh:
+        lines += ["", "## Shifting cap: recovery after the rise", "",
+                  "| client | seconds to >= 0.8 x cap | best 5 s rate | observed after rise |", "|---|---:|---:|---:|"]
+        for r in sh:
+            rec = r["recovery"]
+            seen = rec["observed_after_rise"]
+            lines.append(f"| {r['client']} | {fmt(rec['seconds'], '.1f')} | {rec['best_rate']:.2f} | "
+                         + (f"{seen:.0f} s |" if seen > 0 else "crawl ended before the rise |"))
+    mh = [r for r in res if r.get("per_site")]
+    if mh:
+        lines += ["", "## Multi-host, per site (ok / 429 / 403)", "",
+                  "| client | " + " | ".join(mh[0]["per_site"]) + " |", "|---|" + "---|" * len(mh[0]["per_site"])]
+        for r in mh:
+            lines.append(f"| {r['client']} | " + " | ".join(
+                f"{v['ok']} / {v['s429']} / {v['s403']}" for v in r["per_site"].values()) + " |")
+    ov = data.get("overhead")
+    if ov:
+        p, q = ov["median"]["scrapy-defaults"], ov["median"]["polite-defaults"]
+        lines += ["", "## Overhead", "",
+                  "CPU seconds per 1,000 requests on an unlimited local site (median of runs; *crawl* = between "
+                  "spider_opened and spider_closed in the child, *total* = the child's whole getrusage).", "",
+                  "| client | requests | req/s | crawl CPU s/1k | total CPU s/1k |", "|---|---:|---:|---:|---:|",
+                  f"| scrapy-defaults | {p['requests']:.0f} | {p['req_per_s']:.0f} | {p['crawl_cpu_per_1k']:.3f} | "
+                  f"{p['total_cpu_per_1k']:.3f} |",
+                  f"| polite-defaults | {q['requests']:.0f} | {q['req_per_s']:.0f} | {q['crawl_cpu_per_1k']:.3f} | "
+                  f"{q['total_cpu_per_1k']:.3f} |", "",
+                  f"Ratio polite / plain: crawl CPU **{ov['ratio_crawl_cpu']:.2f}x**, "
+                  f"total CPU {ov['ratio_total_cpu']:.2f}x."]
+    gb = data.get("gate")
+    if gb:
+        s, lg = gb["small"], gb["large"]
+        lines += ["", "## Gate micro-benchmark (LocalGate, fake clock)", "",
+                  "| pool | µs per acquire+release | state after setup | retained growth per request | pairs |",
+                  "|---|---:|---:|---:|---:|",
+                  f"| {s['endpoints']} endpoints, {s['hosts']} host | {s['us_per_request']:.2f} | "
+                  f"{s['setup_bytes'] / 1024:.1f} KiB | {s['growth_bytes_per_request']:.1f} B | {s['pairs']} |",
+                  f"| {lg['endpoints']} endpoints, {lg['hosts']} hosts | {lg['us_per_request']:.2f} | "
+                  f"{lg['setup_bytes'] / 1024:.1f} KiB | {lg['growth_bytes_per_request']:.1f} B | {lg['pairs']} |", "",
+                  f"Cost ratio large / small: **{gb['ratio']:.2f}x**."]
+    lines += ["", "## Scenarios", "", "| scenario | what | physical limit | time limit | page budget |",
+              "|---|---|---|---:|---:|"]
+    for sc in data["scenarios"]:
+        lines.append(f"| {sc['name']} | {sc['description']} | {sc['limit_note']} | {sc['time_limit']:g} s | "
+                     f"{sc['page_budget']} |")
+    lines += ["", "Plots: `efficiency.svg`, `rate429.svg`, `shifting.svg`, `proxies-die.svg`.", ""]
+    return "\n".join(lines)
+
+
+def plots(data: dict[str, Any], out: Path, scenarios: list[Scenario]) -> None:
+    """Write the SVG charts."""
+    res = data["results"]
+    names = [s.name for s in scenarios]
+    clients = [c for c in data["clients"] if any(r["client"] == c for r in res)]
+
+    def cell(s: str, c: str, key: str, scale: float = 1.0) -> float | None:
+        r = find(res, s, c)
+        v = r.get(key) if r else None
+        return None if v is None else v * scale
+
+    (out / "efficiency.svg").write_text(svg.grouped_bars(
+        "Steady successful pages/s vs physical limit (clipped at 2)", names,
+        {c: [cell(s, c, "steady_efficiency") for s in names] for c in clients}, "efficiency", ref=1.0, ymax=2.0))
+    (out / "rate429.svg").write_text(svg.grouped_bars(
+        "Share of requests answered 429 (%)", names,
+        {c: [cell(s, c, "rate_429", 100) for s in names] for c in clients}, "% of requests"))
+    for name in ("shifting", "proxies-die"):
+        sc = next((s for s in scenarios if s.name == name), None)
+        series = {c: find(res, name, c)["series"] for c in clients if find(res, name, c)}
+        if sc and series:
+            (out / f"{name}.svg").write_text(svg.lines(
+                f"{name}: successful pages per second", series, "pages/s", "seconds since crawl start",
+                steps=sc.limit_steps))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short runs (about 5 minutes on 2 cores)")
+    parser.add_argument("--out", default=str(HERE / "out"))
+    parser.add_argument("--jobs", type=int, default=None, help="crawls at a time (default 4 quick, 2 full)")
+    parser.add_argument("--only", default="", help="comma-separated scenario names")
+    parser.add_argument("--clients", default="", help="comma-separated client names")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the CPU and gate benchmarks")
+    ns = parser.parse_args()
+    out = Path(ns.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = ns.jobs or (4 if ns.quick else 2)
+    started = time.time()
+    scenarios = build(ns.quick)
+    if ns.only:
+        wanted = set(ns.only.split(","))
+        scenarios = [s for s in scenarios if s.name in wanted]
+    clients = [c for c in CLIENTS if not ns.clients or c in ns.clients.split(",")]
+    notes: list[str] = []
+    if "scrapy-rotating-proxies" in clients:
+        problem = rotating_proxies_problem()
+        if problem:
+            clients.remove("scrapy-rotating-proxies")
+            notes.append(f"scrapy-rotating-proxies skipped: it does not import on this Scrapy ({problem}).")
+    import scrapy
+
+    cells = [(s, c) for s in sorted(scenarios, key=lambda s: -s.time_limit) for c in clients]
+    print(f"{len(cells)} crawls, {jobs} at a time", flush=True)
+
+    def job(cell: tuple[Scenario, str]) -> dict[str, Any]:
+        sc, client = cell
+        r = run_one(sc, client, out)
+        print(f"  {sc.name:12} {client:24} ok={r.get('ok', 0):4} eff={r.get('steady_efficiency') or 0:.2f} "
+              f"429={r.get('s429', 0)} 403={r.get('s403', 0)} wall={r['wall']:.1f}s", flush=True)
+        return r
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(job, cells))
+    order = {s.name: i for i, s in enumerate(scenarios)}
+    results.sort(key=lambda r: (order[r["scenario"]], clients.index(r["client"])))
+    data: dict[str, Any] = {
+        "quick": ns.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "python": platform.python_version(),
+        "scrapy": scrapy.__version__, "cpus": _cpus(), "jobs": jobs, "clients": clients, "notes": notes,
+        "scenarios": [{"name": s.name, "description": s.description, "limit_note": s.limit_note,
+                       "time_limit": s.time_limit, "page_budget": s.page_budget, "limit_steps": s.limit_steps}
+                      for s in scenarios],
+        "results": results,
+    }
+    if not ns.no_overhead:
+        print("overhead (alone)...", flush=True)
+        data["overhead"] = overhead(ns.quick, out)
+        print("gate micro-benchmark...", flush=True)
+        data["gate"] = gate_bench.bench(ns.quick)
+    data["checks"] = checks(results)
+    data["run_seconds"] = time.time() - started
+    (out / "results.json").write_text(json.dumps(data, indent=1, default=str))
+    plots(data, out, scenarios)
+    md = report(data, out)
+    (out / "results.md").write_text(md)
+    print(md)
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,556 @@
+"""A self-contained HTML report from ``POLITE_STATS_JSONL`` files.
+
+``python -m scrapy_polite report stats.jsonl.1 stats.jsonl -o report.html``
+
+The page has inline SVG figures and inline CSS only (no script, font, image
+or style sheet is fetched), so it opens offline and can be attached to a
+ticket or a job log as one file. Files are read as a stream and folded
+into bounded aggregates, so a 100 MB log needs little memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+#: Time buckets are merged (their width doubled) beyond this many.
+_MAX_TIME_BUCKETS = 20_000
+#: Exit IPs and endpoints tracked one by one; the rest are pooled.
+_MAX_NAMES = 5000
+OTHER = "(other)"
+_BINS_PER_DECADE = 10
+
+
+def read_records(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
+    """Outcome records from JSONL files; bad or partial lines are skipped."""
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
+                    yield rec
+
+
+def label_of(rec: dict[str, Any]) -> str:
+    if rec.get("status") is not None:
+        return str(rec["status"])
+    return str(rec.get("exception") or "unknown")
+
+
+def is_success(rec: dict[str, Any]) -> bool:
+    status = rec.get("status")
+    return isinstance(status, int) and 200 <= status < 400 and not rec.get("rate_limited")
+
+
+def _bump(counter: Counter[str], key: str, n: int = 1) -> None:
+    counter[key if key in counter or len(counter) < _MAX_NAMES else OTHER] += n
+
+
+@dataclass
+class _Group:
+    statuses: Counter[str] = field(default_factory=Counter)
+    ok: int = 0
+    rate_limited: int = 0
+    latency: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000, 3))
+
+    @property
+    def total(self) -> int:
+        return sum(self.statuses.values())
+
+
+class ReportData:
+    """Everything the report shows, folded from records in bounded memory."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.ok = 0
+        self.rate_limited = 0
+        self.t0 = math.inf
+        self.t1 = -math.inf
+        self.resolution = 1  # seconds per time bucket
+        self.buckets: dict[int, list[int]] = {}  # bucket -> [ok, rate_limited, total]
+        self.latency = HdrHistogram(1, 3_600_000, 3)
+        self.wait = HdrHistogram(1, 3_600_000, 3)
+        self.latency_bins: Counter[int] = Counter()
+        self.hosts: dict[str, _Group] = {}
+        self.endpoints: dict[str, Counter[str]] = {}
+        self.exit_ips: Counter[str] = Counter()
+        self.exit_ip_sources: Counter[str] = Counter()
+
+    def add(self, rec: dict[str, Any]) -> None:
+        t = float(rec["time"])
+        ok = is_success(rec)
+        limited = bool(rec.get("rate_limited"))
+        label = label_of(rec)
+        self.records += 1
+        self.ok += ok
+        self.rate_limited += limited
+        self.t0, self.t1 = min(self.t0, t), max(self.t1, t)
+        b = self.buckets.setdefault(int(t) // self.resolution, [0, 0, 0])
+        b[0] += ok
+        b[1] += limited
+        b[2] += 1
+        if len(self.buckets) > _MAX_TIME_BUCKETS:
+            self._coarsen()
+        host = str(rec.get("host") or "?")
+        g = self.hosts.get(host)
+        if g is None:
+            g = self.hosts.setdefault(host if len(self.hosts) < _MAX_NAMES else OTHER, _Group())
+        g.statuses[label] += 1
+        g.ok += ok
+        g.rate_limited += limited
+        latency = rec.get("latency")
+        if isinstance(latency, (int, float)):
+            ms = min(3_600_000, max(1, int(latency * 1000)))
+            self.latency.record_value(ms)
+            g.latency.record_value(ms)
+            self.latency_bins[int(math.floor(_BINS_PER_DECADE * math.log10(ms)))] += 1
+        endpoint = rec.get("endpoint")
+        if endpoint:
+            wait = rec.get("wait")
+            if isinstance(wait, (int, float)):
+                self.wait.record_value(min(3_600_000, max(0, int(wait * 1000))))
+            key = str(endpoint)
+            if key not in self.endpoints and len(self.endpoints) >= _MAX_NAMES:
+                key = OTHER
+            self.endpoints.setdefault(key, Counter())[label] += 1
+        if rec.get("exit_ip"):
+            _bump(self.exit_ips, str(rec["exit_ip"]))
+        self.exit_ip_sources[str(rec.get("exit_ip_source") or "unknown")] += 1
+
+    def _coarsen(self) -> None:
+        self.resolution *= 2
+        merged: dict[int, list[int]] = {}
+        for key, (ok, limited, total) in self.buckets.items():
+            m = merged.setdefault(key // 2, [0, 0, 0])
+            m[0] += ok
+            m[1] += limited
+            m[2] += total
+        self.buckets = merged
+
+    @property
+    def span(self) -> float:
+        return max(0.0, self.t1 - self.t0) if self.records else 0.0
+
+    def pages_per_min(self) -> float:
+        return self.ok * 60.0 / self.span if self.span > 0 else 0.0
+
+    def series(self, max_points: int = 120) -> tuple[float, list[tuple[float, float, float]]]:
+        """(bin width s, [(minutes since start, ok/min, rate-limited/min)]) over the run."""
+        if not self.records:
+            return 1.0, []
+        width = _nice_width(max(self.span / max_points, self.resolution))
+        n = max(1, math.ceil((self.span + 1e-9) / width))
+        ok = [0] * n
+        limited = [0] * n
+        for key, (k_ok, k_lim, _total) in self.buckets.items():
+            start = key * self.resolution
+            i = min(n - 1, max(0, int((start - int(self.t0)) // width)))
+            ok[i] += k_ok
+            limited[i] += k_lim
+        # The last bin may be partly covered by the run: its rate is over the covered part.
+        last = max(self.span - (n - 1) * width, min(width, 1.0))
+        points = []
+        for i in range(n):
+            w = width if i < n - 1 else last
+            points.append(((i + 0.5) * width / 60.0, ok[i] * 60.0 / w, limited[i] * 60.0 / w))
+        return width, points
+
+
+def _nice_width(seconds: float) -> float:
+    for w in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400):
+        if w >= seconds:
+            return float(w)
+    return float(math.ceil(seconds / 86400) * 86400)
+
+
+def _pct(hist: HdrHistogram, p: float) -> float | None:
+    return hist.get_value_at_percentile(p) / 1000.0 if hist.get_total_count() else None
+
+
+# -- SVG helpers -------------------------------------------------------------
+
+_STATUS_COLORS = {"2": "#2e7d32", "3": "#00838f", "4": "#8d6e63", "5": "#6a1b9a"}
+_SPECIAL_COLORS = {"429": "#ef6c00", "403": "#c62828", "404": "#9e9e9e"}
+
+
+def status_color(label: str) -> str:
+    if label in _SPECIAL_COLORS:
+        return _SPECIAL_COLORS[label]
+    if label.isdigit():
+        return _STATUS_COLORS.get(label[0], "#607d8b")
+    return "#37474f"  # exception classes
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    if hi <= lo:
+        hi = lo + 1
+    raw = (hi - lo) / n
+    step = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if raw <= step * m:
+            step *= m
+            break
+    first = math.ceil(lo / step) * step
+    return [round(first + i * step, 10) for i in range(int((hi - first) / step + 1e-9) + 1)]
+
+
+def _num(v: float) -> str:
+    if v == 0:
+        return "0"
+    if abs(v) >= 100 or float(v).is_integer():
+        return f"{v:.0f}"
+    return f"{v:.3g}"
+
+
+def _sec(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v < 1:
+        return f"{v * 1000:.0f} ms"
+    return f"{v:.0f} s" if float(v).is_integer() else f"{v:.2f} s"
+
+
+class _Svg:
+    def __init__(self, width: int, height: int, label: str) -> None:
+        self.width, self.height = width, height
+        self.parts: list[str] = [
+            f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{escape(label)}">'
+        ]
+
+    def add(self, s: str) -> None:
+        self.parts.append(s)
+
+    def text(self, x: float, y: float, s: str, anchor: str = "start", cls: str = "", extra: str = "") -> None:
+        c = f' class="{cls}"' if cls else ""
+        self.add(f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{c}{extra}>{escape(s)}</text>')
+
+    def done(self) -> str:
+        return "".join(self.parts) + "</svg>"
+
+
+def throughput_svg(data: ReportData) -> str:
+    width, points = data.series()
+    W, H, L, R, T, B = 900, 310, 60, 20, 34, 45
+    svg = _Svg(W, H, "Successful pages per minute over time, with rate-limited answers")
+    if not points:
+        svg.text(W / 2, H / 2, "no records", "middle")
+        return svg.done()
+    # Short runs read better in seconds; points are in minutes.
+    unit, unit_name = (60.0, "seconds") if data.span < 120 else (1.0, "minutes")
+    xmax = len(points) * width / 60.0
+    ymax = max(max(p[1] for p in points), max(p[2] for p in points), 1.0) * 1.1
+    pw, ph = W - L - R, H - T - B
+
+    def x(v: float) -> float:
+        return L + pw * v / xmax
+
+    def y(v: float) -> float:
+        return T + ph * (1 - v / ymax)
+
+    for t in nice_ticks(0, ymax):
+        svg.add(f'<line x1="{L}" x2="{W - R}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>')
+        svg.text(L - 6, y(t) + 4, _num(t), "end", "tick")
+    for t in nice_ticks(0, xmax * unit, 8):
+        xt = x(t / unit)
+        svg.add(f'<line x1="{xt:.1f}" x2="{xt:.1f}" y1="{T + ph}" y2="{T + ph + 4}" class="axis"/>')
+        svg.text(xt, T + ph + 17, _num(t), "middle", "tick")
+    bar_w = max(1.0, pw * (width / 60.0) / xmax * 0.8)
+    for m, _ok, lim in points:
+        if lim > 0:
+            svg.add(
+                f'<rect class="rl" x="{x(m) - bar_w / 2:.1f}" y="{y(lim):.1f}" width="{bar_w:.1f}" '
+                f'height="{y(0) - y(lim):.1f}"><title>{escape(_num(lim))} rate-limited/min at '
+                f"{_num(m * unit)} {unit_name}</title></rect>"
+            )
+    path = " ".join(f"{x(m):.1f},{y(v):.1f}" for m, v, _ in points)
+    svg.add(f'<polyline class="ok" points="{path}"/>')
+    for m, v, _ in points:
+        svg.add(f'<circle class="ok" cx="{x(m):.1f}" cy="{y(v):.1f}" r="2.5"><title>'
+                f"{escape(_num(v))} pages/min at {_num(m * unit)} {unit_name}</title></circle>")
+    avg = data.pages_per_min()
+    svg.add(f'<line class="avg" x1="{L}" x2="{W - R}" y1="{y(avg):.1f}" y2="{y(avg):.1f}">'
+            f"<title>run average {avg:.1f} pages/min</title></line>")
+    svg.add(f'<line x1="{L}" x2="{L}" y1="{T}" y2="{T + ph}" class="axis"/>')
+    svg.add(f'<line x1="{L}" x2="{W - R}" y1="{T + ph}" y2="{T + ph}" class="axis"/>')
+    svg.text(L + pw / 2, H - 8, f"{unit_name} since start (bins of {_num(width)} s)", "middle", "label")
+    svg.text(14, T + ph / 2, "per minute", "middle", "label", f' transform="rotate(-90 14 {T + ph / 2:.1f})"')
+    # Legend.
+    lx, ly = L, 12
+    svg.add(f'<line class="ok" x1="{lx}" x2="{lx + 18}" y1="{ly}" y2="{ly}"/>')
+    svg.text(lx + 24, ly + 4, "successful pages/min", cls="legend")
+    svg.add(f'<rect class="rl" x="{lx + 170}" y="{ly - 5}" width="12" height="10"/>')
+    svg.text(lx + 188, ly + 4, "rate-limited answers/min (429)", cls="legend")
+    svg.add(f'<line class="avg" x1="{lx + 390}" x2="{lx + 408}" y1="{ly}" y2="{ly}"/>')
+    svg.text(lx + 414, ly + 4, f"run average {avg:.1f} pages/min", cls="legend")
+    return svg.done()
+
+
+def latency_svg(data: ReportData) -> str:
+    W, H, L, R, T, B = 900, 290, 60, 20, 40, 45
+    svg = _Svg(W, H, "Download latency histogram with percentiles")
+    if not data.latency_bins:
+        svg.text(W / 2, H / 2, "no latencies recorded", "middle")
+        return svg.done()
+    lo, hi = min(data.latency_bins), max(data.latency_bins) + 1
+    lo_d, hi_d = math.floor(lo / _BINS_PER_DECADE), math.ceil(hi / _BINS_PER_DECADE)
+    lo, hi = lo_d * _BINS_PER_DECADE, max(hi_d * _BINS_PER_DECADE, lo + _BINS_PER_DECADE)
+    pw, ph = W - L - R, H - T - B
+    cmax = max(data.latency_bins.values()) * 1.1
+
+    def x(b: float) -> float:
+        return L + pw * (b - lo) / (hi - lo)
+
+    def y(v: float) -> float:
+        return T + ph * (1 - v / cmax)
+
+    for t in nice_ticks(0, cmax):
+        svg.add(f'<line x1="{L}" x2="{W - R}" y1="{y(t):.1f}" y2="{y(t):.1f}" class="grid"/>')
+        svg.text(L - 6, y(t) + 4, _num(t), "end", "tick")
+    for b, n in sorted(data.latency_bins.items()):
+        a_ms, b_ms = 10 ** (b / _BINS_PER_DECADE), 10 ** ((b + 1) / _BINS_PER_DECADE)
+        svg.add(
+            f'<rect class="bar" x="{x(b) + 0.5:.1f}" y="{y(n):.1f}" width="{max(1.0, x(b + 1) - x(b) - 1):.1f}" '
+            f'height="{y(0) - y(n):.1f}"><title>{n} responses, {a_ms:.0f}-{b_ms:.0f} ms</title></rect>'
+        )
+    for d in range(lo_d, hi_d + 1):
+        xv = x(d * _BINS_PER_DECADE)
+        svg.add(f'<line x1="{xv:.1f}" x2="{xv:.1f}" y1="{T + ph}" y2="{T + ph + 4}" class="axis"/>')
+        svg.text(xv, T + ph + 17, _sec(10**d / 1000), "middle", "tick")
+    for i, p in enumerate((50, 95, 99)):
+        v = _pct(data.latency, p)
+        if v is None:
+            continue
+        xv = x(_BINS_PER_DECADE * math.log10(max(1.0, v * 1000)))
+        svg.add(f'<line class="pct" x1="{xv:.1f}" x2="{xv:.1f}" y1="{T - 14 + 12 * i}" y2="{T + ph}">'
+                f"<title>P{p} {_sec(v)}</title></line>")
+        svg.text(xv + 3, T - 6 + 12 * i, f"P{p}", cls="note")
+    svg.text(W - R, T - 16, " \u00b7 ".join(f"P{p} {_sec(_pct(data.latency, p))}" for p in (50, 95, 99)),
+             "end", "note")
+    svg.add(f'<line x1="{L}" x2="{L}" y1="{T}" y2="{T + ph}" class="axis"/>')
+    svg.add(f'<line x1="{L}" x2="{W - R}" y1="{T + ph}" y2="{T + ph}" class="axis"/>')
+    svg.text(L + pw / 2, H - 8, "download latency (log scale)", "middle", "label")
+    svg.text(14, T + ph / 2, "responses", "middle", "label", f' transform="rotate(-90 14 {T + ph / 2:.1f})"')
+    return svg.done()
+
+
+def _order(labels: Iterable[str]) -> list[str]:
+    return sorted(labels, key=lambda s: (not s.isdigit(), s))
+
+
+def status_by_endpoint_svg(data: ReportData, max_rows: int = 40) -> str:
+    rows = sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    if len(rows) > max_rows:
+        rest: Counter[str] = Counter()
+        for _, c in rows[max_rows - 1:]:
+            rest.update(c)
+        rows = rows[: max_rows - 1] + [(f"{len(rows) - max_rows + 1} more endpoints", rest)]
+    labels = _order({k for _, c in rows for k in c})
+    name_w = min(360, max([60, *(7 * len(n) for n, _ in rows)]))
+    W, T, row_h = 900, 36, 22
+    L, R = name_w + 16, 70
+    H = T + row_h * max(1, len(rows)) + 20
+    svg = _Svg(W, H, "Status by endpoint")
+    if not rows:
+        svg.text(W / 2, H / 2, "no endpoint records", "middle")
+        return svg.done()
+    cmax = max(sum(c.values()) for _, c in rows)
+    pw = W - L - R
+    lx = L
+    for lab in labels:
+        svg.add(f'<rect x="{lx}" y="8" width="12" height="12" fill="{status_color(lab)}"/>')
+        svg.text(lx + 16, 18, lab, cls="legend")
+        lx += 28 + 7 * len(lab)
+    for i, (name, counts) in enumerate(rows):
+        yv = T + i * row_h
+        svg.text(L - 8, yv + 15, name, "end", "name")
+        xv = float(L)
+        for lab in labels:
+            n = counts.get(lab, 0)
+            if not n:
+                continue
+            w = pw * n / cmax
+            svg.add(
+                f'<rect x="{xv:.1f}" y="{yv + 3}" width="{w:.1f}" height="{row_h - 6}" '
+                f'fill="{status_color(lab)}"><title>{escape(name)}: {n} x {escape(lab)}</title></rect>'
+            )
+            xv += w
+        svg.text(xv + 6, yv + 15, str(sum(counts.values())), cls="tick")
+    return svg.done()
+
+
+def exit_ips_svg(data: ReportData, max_rows: int = 50) -> str:
+    rows = sorted(data.exit_ips.items(), key=lambda kv: (-kv[1], kv[0]))
+    if len(rows) > max_rows:
+        rest = sum(n for _, n in rows[max_rows - 1:])
+        rows = rows[: max_rows - 1] + [(f"{len(rows) - max_rows + 1} more IPs", rest)]
+    W, T, row_h, L, R = 900, 10, 18, 180, 70
+    H = T + row_h * max(1, len(rows)) + 30
+    svg = _Svg(W, H, "Requests per exit IP")
+    if not rows:
+        svg.text(W / 2, H / 2, "no exit IPs known (no provider header, static exit_ip or probe)", "middle")
+        return svg.done()
+    cmax = max(n for _, n in rows)
+    pw = W - L - R
+    mean = sum(n for _, n in rows) / len(rows)
+    for i, (ip, n) in enumerate(rows):
+        yv = T + i * row_h
+        svg.text(L - 8, yv + 13, ip, "end", "name")
+        w = max(1.0, pw * n / cmax)
+        svg.add(f'<rect class="bar" x="{L}" y="{yv + 2}" width="{w:.1f}" height="{row_h - 4}">'
+                f'<title>{escape(ip)}: {n} requests</title></rect>')
+        svg.text(L + w + 6, yv + 13, str(n), cls="tick")
+    xm = L + pw * mean / cmax
+    svg.add(f'<line class="avg" x1="{xm:.1f}" x2="{xm:.1f}" y1="{T}" y2="{T + row_h * len(rows)}"/>')
+    svg.text(xm, H - 8, f"mean {mean:.1f}", "middle", "note")
+    return svg.done()
+
+
+# -- page --------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:960px;
+color:#212121;padding:0 16px}
+h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
+.sub{color:#616161;margin-top:0}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(112px,1fr));gap:10px;margin:16px 0}
+.card{border:1px solid #e0e0e0;border-radius:6px;padding:8px 10px}
+.card b{display:block;font-size:1.35em}.card span{color:#616161;font-size:.85em}
+figure{margin:10px 0}figcaption{color:#616161;font-size:.9em;margin-top:4px}
+svg{max-width:100%;height:auto;font-size:12px}
+svg .grid{stroke:#eeeeee}svg .axis{stroke:#9e9e9e}
+svg .tick{fill:#616161;font-size:11px}svg .label{fill:#424242}svg .legend{fill:#424242}
+svg .name{fill:#424242;font-size:11px}svg .note{fill:#1a237e;font-size:11px}
+svg polyline.ok{fill:none;stroke:#2e7d32;stroke-width:2}svg circle.ok{fill:#2e7d32}
+svg line.ok{stroke:#2e7d32;stroke-width:2}
+svg .rl{fill:#ef6c00;opacity:.75}svg .bar{fill:#5c6bc0}
+svg line.avg{stroke:#1a237e;stroke-dasharray:5 4}svg line.pct{stroke:#1a237e;stroke-dasharray:3 3}
+table{border-collapse:collapse;font-size:.9em;margin:8px 0}
+th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
+th:first-child,td:first-child{text-align:left}th{background:#fafafa}
+"""
+
+
+def _card(value: str, what: str) -> str:
+    return f'<div class="card"><b>{escape(value)}</b><span>{escape(what)}</span></div>'
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in r) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _figure(fig_id: str, title: str, svg: str, caption: str) -> str:
+    return (f'<h2>{escape(title)}</h2><figure id="{fig_id}">{svg}'
+            f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+
+def render(data: ReportData, title: str = "scrapy-polite crawl report", sources: Iterable[str] = ()) -> str:
+    """The report page as one HTML string."""
+    when = ""
+    if data.records:
+        fmt = "%Y-%m-%d %H:%M:%S UTC"
+        length = f"{data.span:.0f} s" if data.span < 120 else f"{data.span / 60:.1f} min"
+        when = f"{time.strftime(fmt, time.gmtime(data.t0))} to {time.strftime(fmt, time.gmtime(data.t1))} ({length})"
+    rate = f"{100.0 * data.ok / data.records:.1f}%" if data.records else "-"
+    rl = f"{100.0 * data.rate_limited / data.records:.1f}%" if data.records else "-"
+    cards = "".join([
+        _card(f"{data.pages_per_min():.1f}", "successful pages/min"),
+        _card(str(data.ok), "successful pages"),
+        _card(str(data.records), "attempts"),
+        _card(rate, "success rate"),
+        _card(f"{data.rate_limited} ({rl})", "rate-limited (429)"),
+        _card(_sec(_pct(data.latency, 95)), "latency P95"),
+        _card(str(len(data.exit_ips)), "exit IPs"),
+    ])
+    host_rows = []
+    for host, g in sorted(data.hosts.items()):
+        st = g.statuses
+        host_rows.append([
+            host, g.total, g.ok, st.get("429", 0), st.get("403", 0), st.get("404", 0),
+            _sec(_pct(g.latency, 50)), _sec(_pct(g.latency, 95)), _sec(_pct(g.latency, 99)),
+        ])
+    pct_rows = [
+        ["download latency", *(_sec(_pct(data.latency, p)) for p in (50, 95, 99)), data.latency.get_total_count()],
+        ["wait at the gates", *(_sec(_pct(data.wait, p)) for p in (50, 95, 99)), data.wait.get_total_count()],
+    ]
+    labels = _order({k for c in data.endpoints.values() for k in c})
+    ep_rows = [
+        [ep, sum(c.values()), *(c.get(lab, 0) for lab in labels)]
+        for ep, c in sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    ]
+    sources_txt = ", ".join(f"{k}: {v}" for k, v in sorted(data.exit_ip_sources.items())) or "-"
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="sub">{escape(when)}{" &middot; " if when else ""}{data.records} records from '
+        f"{escape(', '.join(sources) or '-')}</p>",
+        f'<div class="cards">{cards}</div>',
+        _figure("fig-throughput", "Successful pages per minute", throughput_svg(data),
+                "Green: successful pages (2xx/3xx, not rate-limited) per minute in each bin; orange bars: "
+                "rate-limited answers per minute; dashed: run average."),
+        _figure("fig-latency", "Download latency", latency_svg(data),
+                "Responses per latency bin (log scale), time at the gates excluded; dashed lines: percentiles."),
+        _table(["", "P50", "P95", "P99", "samples"], pct_rows),
+        "<h2>Per host</h2>",
+        _table(["host", "attempts", "ok", "429", "403", "404", "P50", "P95", "P99"], host_rows),
+        _figure("fig-status-endpoint", "Status by endpoint", status_by_endpoint_svg(data),
+                "Answers per proxy endpoint (masked), by HTTP status or exception class."),
+        _table(["endpoint", "attempts", *labels], ep_rows),
+        _figure("fig-exit-ips", "Requests per exit IP", exit_ips_svg(data),
+                f"Requests per exit IP as seen by the target; exit IP source: {sources_txt}."),
+    ]
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )
+
+
+def build(paths: Iterable[str | Path]) -> ReportData:
+    data = ReportData()
+    for rec in read_records(paths):
+        data.add(rec)
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scrapy_polite report",
+        description="Write a self-contained HTML report from POLITE_STATS_JSONL files.",
+    )
+    parser.add_argument("jsonl", nargs="+", help="JSONL files (include the rotated .1 file for the full run)")
+    parser.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: %(default)s)")
+    parser.add_argument("--title", default="scrapy-polite crawl report")
+    args = parser.parse_args(argv)
+    try:
+        data = build(args.jsonl)
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    Path(args.output).write_text(render(data, args.title, [Path(p).name for p in args.jsonl]), encoding="utf-8")
+    print(f"{args.output}: {data.records} records, {data.ok} successful pages, "
+          f"{data.pages_per_min():.1f} pages/min")
+    return 0
