@@ -289,7 +289,7 @@ def test_throttle_halves_concurrency_pauses_host_and_recovers() -> None:
 
 
 def test_throttle_parks_host_hammering_at_floor() -> None:
-    cfg = config(POLITE_HOST_CONCURRENCY=1, POLITE_PARK_AFTER=2, POLITE_PARK_TIME=(30, 100),
+    cfg = config(POLITE_HOST_CONCURRENCY=1, POLITE_PARK_AFTER=2, POLITE_PARK_TIME=(30, 100), POLITE_RECOVERY_WINDOW=1,
                  POLITE_HOST_PAUSE_ENDPOINTS=10)
     gate, ft = make_gate(n=1, host_concurrency=1)
     policy = ThrottlePolicy(cfg, gate, clock=ft.clock)
