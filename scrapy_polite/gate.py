@@ -308,11 +308,25 @@ class LocalGate:
         A request that vanished between the gate and the downloader (dropped
         by another component) must not hold its endpoint forever.
         """
-        cutoff = self._clock() - max_age
-        stale = [lease for lease in self._leases.values() if lease.granted_at < cutoff]
+        now = self._clock()
+        stale = [lease for lease in self._leases.values() if lease.granted_at < now - max_age]
         for lease in stale:
             self.release(lease)
+        self._prune_pairs(now)
         return stale
+
+    def _prune_pairs(self, now: float) -> None:
+        """Forget (endpoint, host) pairs whose timers have all run out.
+
+        An expired pair constrains nothing, so dropping it changes no decision
+        and keeps memory bounded by recent activity, not by endpoints x hosts.
+        """
+        done = [
+            key for key, pair in self._pairs.items()
+            if max(pair.next_allowed, pair.cooldown_until, pair.banned_until) <= now
+        ]
+        for key in done:
+            del self._pairs[key]
 
     def close(self, reason: str) -> None:
         """Fail every waiter, so the engine can close instead of hanging."""

@@ -310,3 +310,14 @@ def test_stale_leases_expire() -> None:
     ft.advance(31)
     assert gate.expire_leases(60) == first
     assert len(second) == 1
+
+
+def test_expired_pairs_are_forgotten() -> None:
+    gate, ft = make_gate(n=2, delay=(1.0, 1.0))
+    for host in ("a", "b", "c"):
+        gate.release(granted([gate.acquire(host)])[0])
+    assert len(gate._pairs) == 3
+    gate.ban_endpoint(next(iter(gate.endpoints)), "a", 100)
+    ft.advance(2)
+    gate.expire_leases(60)
+    assert list(gate._pairs) == [(next(iter(gate.endpoints)), "a")]
