@@ -33,6 +33,7 @@ from twisted.internet.error import (
 from twisted.web.client import ResponseNeverReceived
 
 from . import signals as polite_signals
+from . import splash as splash_support
 from .endpoints import expand, read_proxies_file
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
 from .gate import Lease
@@ -104,6 +105,8 @@ class PoliteProxyMiddleware:
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
+        # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
+        crawler.signals.connect(self._request_left, signal=signals.request_dropped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:
@@ -219,6 +222,9 @@ class PoliteProxyMiddleware:
 
     def host_key(self, request: Request) -> str:
         """The key the host gate limits: the download slot (as Scrapy groups) or hostname."""
+        if request.meta.get("_splash_processed") and request.meta.get("polite_host"):
+            # A request to Splash is keyed on the target its first pass was keyed on.
+            return str(request.meta["polite_host"])
         if self.config.host_key == "slot":
             slot = request.meta.get("download_slot")
             if slot:
@@ -227,7 +233,7 @@ class PoliteProxyMiddleware:
 
     # -- downloader middleware API ----------------------------------------
 
-    async def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         meta = request.meta
         if meta.get("polite") is False or meta.get("dont_proxy"):
             return None
@@ -235,6 +241,13 @@ class PoliteProxyMiddleware:
         if lease is not None and not lease.released and meta.get("_splash_processed"):
             # Second pass of a Splash request: the lease from the first pass holds.
             return None
+        if meta.get("_splash_processed") and is_splash(request):
+            # A processed Splash request sent again (RetryMiddleware, Splash's 498 retry): its
+            # JSON body names the proxy of an earlier lease, so it starts over from the original.
+            fresh = splash_support.fresh_request(request)
+            if fresh is not None:
+                fresh.meta.pop(LEASE_KEY, None)
+                return fresh
         session = meta.get("polite_session")
         if session is not None:
             session = str(session)
@@ -252,7 +265,11 @@ class PoliteProxyMiddleware:
         meta["polite_wait"] = time.monotonic() - arrived
         meta["polite_host"] = host
         if is_splash(request):
-            meta["splash"].setdefault("args", {})["proxy"] = lease.endpoint.url
+            if meta.get("_splash_processed"):
+                # No original to start over from: rewrite the serialised proxy instead.
+                return splash_support.with_proxy(request, lease.endpoint.url)
+            splash_support.remember_original(request)
+            splash_support.set_proxy(request, lease.endpoint.url)
             meta.pop("proxy", None)
         else:
             meta["proxy"] = lease.endpoint.url
@@ -270,9 +287,24 @@ class PoliteProxyMiddleware:
         self.gate.release(lease)
         ep = lease.endpoint
         status = response.status
+        headers = response.headers
+        if is_splash(request) and request.meta.get("_splash_processed"):
+            answer = splash_support.classify(request, response)
+            if answer.kind == "splash":
+                # Splash's own failure (overloaded, timeout, script error) says nothing about
+                # the target or the proxy: no throttling; RetryMiddleware decides on a retry.
+                self.stats.inc_value("polite/splash_errors")
+                self.stats.inc_value(f"polite/splash_errors/{response.status}")
+                logger.debug("scrapy-polite: %s for %s, not the target's answer", answer.reason, request)
+                return response
+            if answer.kind == "proxy":
+                self._endpoint_failed(lease, answer.reason)
+                self._record(request, lease, response=response, proxy_side=True)
+                return self._requeue(request, "proxy", lease, response=response)
+            status, headers = answer.status or status, answer.headers
         cfg = self.config
-        proxy_side = any(h in response.headers for h in cfg.proxy_error_headers)
-        retry_after_header = response.headers.get(b"Retry-After")
+        proxy_side = any(h in headers for h in cfg.proxy_error_headers)
+        retry_after_header = headers.get(b"Retry-After")
         rate_limited = status in cfg.rate_limit_codes or (
             status in cfg.retry_after_codes and retry_after_header is not None
         )
@@ -316,6 +348,12 @@ class PoliteProxyMiddleware:
         if lease is None:
             return None
         self.gate.release(lease)
+        if request.meta.get("_splash_processed") and is_splash(request):
+            # The connection to Splash failed, not the proxy (Splash reports proxy failures in
+            # its answer): the endpoint stays healthy; RetryMiddleware decides on a retry.
+            self.stats.inc_value("polite/splash_errors")
+            self.stats.inc_value(f"polite/splash_errors/{type(exception).__name__}")
+            return None
         if TunnelError is not None and isinstance(exception, TunnelError) and "429" in str(exception):
             delay = self._cooldown(None)
             self.gate.cool_endpoint(lease.endpoint.key, None, delay)
@@ -390,7 +428,10 @@ class PoliteProxyMiddleware:
             if response is not None:
                 return response
             return None
-        new = request.replace(dont_filter=True)
+        # A processed Splash request names its proxy in the JSON body: start over from the original.
+        new = splash_support.fresh_request(request) if is_splash(request) else None
+        if new is None:
+            new = request.replace(dont_filter=True)
         new.meta[counter] = done + 1
         new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
         new.meta.pop(LEASE_KEY, None)
