@@ -113,6 +113,7 @@ async def test_every_endpoint_dead_closes_with_reason(sandbox) -> None:
     assert result.stats["finish_reason"] == "polite_no_usable_endpoints"
 
 
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_three_hosts_with_different_limits_none_starves(sandbox) -> None:
     sites = [site(name="fast", pages=30), site(name="mid", pages=15, latency=[0.2, 0.3]),
@@ -132,6 +133,7 @@ async def test_three_hosts_with_different_limits_none_starves(sandbox) -> None:
         assert max_inflight_host(log, s.name) <= 2
 
 
+@pytest.mark.slow
 @pytest_twisted.ensureDeferred
 async def test_proxies_file_is_reread_at_runtime(sandbox, tmp_path) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=40)], proxies=ProxyConfig(count=4)))
