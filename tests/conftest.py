@@ -14,6 +14,8 @@ from scrapy_polite.sandbox import Sandbox, SandboxConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "example_project"))
+# The round-robin proxy middleware that stands for plain Scrapy in the benchmarks.
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 BASE_SETTINGS: dict[str, Any] = {
     "ADDONS": {"scrapy_polite.Addon": 500},

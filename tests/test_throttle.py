@@ -135,14 +135,14 @@ async def test_plain_scrapy_gets_blocked_where_polite_does_not(sandbox) -> None:
     plain_sb = sandbox(SandboxConfig(sites=[site(**scenario)], proxies=ProxyConfig(count=8)))
     plain = {
         "ADDONS": {},
-        "PLAIN_PROXIES": plain_sb.proxy_urls,
-        "DOWNLOADER_MIDDLEWARES": {"plain.RoundRobinProxyMiddleware": 740},
+        "BENCH_PROXIES": plain_sb.proxy_urls,
+        "DOWNLOADER_MIDDLEWARES": {"bench_mw.RoundRobinProxyMiddleware": 740},
     }
     results = {}
     for name, extra in (("defaults", {}), ("autothrottle", {"AUTOTHROTTLE_ENABLED": True})):
         sb = plain_sb if name == "defaults" else sandbox(
             SandboxConfig(sites=[site(**scenario)], proxies=ProxyConfig(count=8)))
-        settings = {**plain, "PLAIN_PROXIES": sb.proxy_urls, **extra}
+        settings = {**plain, "BENCH_PROXIES": sb.proxy_urls, **extra}
         result = await crawl(CatalogueSpider, settings, start_url=sb.site_url("a"))
         log = sb.log()
         results[name] = (statuses(log).get(403, 0), 40 - len({i["id"] for i in result.items}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -263,3 +264,28 @@ def build_response(
     hdrs.set("Connection", "keep-alive" if keep_alive else "close")
     line = f"HTTP/1.1 {status} {reason or reason_phrase(status)}\r\n".encode("latin-1")
     return line + hdrs.encode() + b"\r\n" + (b"" if head_only else body)
+
+
+#: How long a keep-alive connection may sit idle between requests.
+IDLE_TIMEOUT = 60.0
+
+
+async def serve_requests(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    handle: Callable[[Request], Awaitable[bool]],
+) -> None:
+    """Read requests off one keep-alive connection and pass each to *handle*.
+
+    *handle* answers and says whether the connection stays open; a malformed
+    request gets its error status and closes it. Shared by the site and the proxies.
+    """
+    while True:
+        try:
+            req = await read_request(reader, IDLE_TIMEOUT)
+        except HttpError as exc:
+            writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
+            await writer.drain()
+            return
+        if req is None or not await handle(req):
+            return

@@ -19,9 +19,8 @@ from urllib.parse import urlsplit
 
 from .common import JsonlLog, TokenBucket
 from .config import ProxyConfig
-from .http import HOP_BY_HOP, Headers, HttpError, Request, build_response, read_request, read_response
+from .http import HOP_BY_HOP, Headers, HttpError, Request, build_response, read_response, serve_requests
 
-IDLE_TIMEOUT = 60.0
 CONNECT_TIMEOUT = 5.0
 RESPONSE_TIMEOUT = 60.0
 POOL_IDLE = 15.0
@@ -185,24 +184,18 @@ class ProxyServer:
     # -- connection handling -----------------------------------------------
     async def _handle_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._conns.add(writer)
+
+        async def handle(req: Request) -> bool:
+            if self.mode == "hang":
+                await self._hang(writer)
+                return False
+            if req.method == "CONNECT":
+                await self._connect(req, reader, writer)
+                return False
+            return await self._forward(req, writer)
+
         try:
-            while True:
-                try:
-                    req = await read_request(reader, IDLE_TIMEOUT)
-                except HttpError as exc:
-                    writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
-                    await writer.drain()
-                    break
-                if req is None:
-                    break
-                if self.mode == "hang":
-                    await self._hang(writer)
-                    break
-                if req.method == "CONNECT":
-                    await self._connect(req, reader, writer)
-                    break
-                if not await self._forward(req, writer):
-                    break
+            await serve_requests(reader, writer, handle)
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
             pass
         finally:

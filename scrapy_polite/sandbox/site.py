@@ -22,9 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from .common import JsonlLog, TokenBucket
 from .config import SiteConfig
-from .http import Headers, HttpError, Request, build_response, http_date, read_request
+from .http import Headers, Request, build_response, http_date, serve_requests
 
-IDLE_TIMEOUT = 60.0
 _UNSET: Any = object()
 
 
@@ -135,18 +134,7 @@ class Site:
         ip = peer[0] if peer else "?"
         self._conns.add(writer)
         try:
-            while True:
-                try:
-                    req = await read_request(reader, IDLE_TIMEOUT)
-                except HttpError as exc:
-                    writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
-                    await writer.drain()
-                    break
-                if req is None:
-                    break
-                keep = await self._serve(req, ip, writer)
-                if not keep:
-                    break
+            await serve_requests(reader, writer, lambda req: self._serve(req, ip, writer))
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         finally:
