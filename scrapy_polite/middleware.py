@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import scrapy.exceptions
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.error import (
@@ -39,7 +38,7 @@ from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
 from .gate import Lease
 from .outcome import Outcome
 from .retry_after import parse_retry_after
-from .runtime import get_runtime
+from .runtime import enabled_runtime
 
 try:  # Scrapy >= 2.13 keeps it here; the class moved between releases.
     from scrapy.core.downloader.handlers.http11 import TunnelError
@@ -87,9 +86,7 @@ class PoliteProxyMiddleware:
     """Assigns each request an endpoint and holds it until the gates allow."""
 
     def __init__(self, crawler: Crawler) -> None:
-        rt = get_runtime(crawler)
-        if not rt.config.enabled:
-            raise NotConfigured("POLITE_ENABLED is False")
+        rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.runtime = rt
         self.config = rt.config

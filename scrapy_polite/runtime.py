@@ -49,6 +49,16 @@ class Runtime:
 _runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
 
 
+def enabled_runtime(crawler: Crawler) -> Runtime:
+    """The :class:`Runtime` of *crawler*; ``NotConfigured`` when ``POLITE_ENABLED`` is False."""
+    rt = get_runtime(crawler)
+    if not rt.config.enabled:
+        from scrapy.exceptions import NotConfigured
+
+        raise NotConfigured("POLITE_ENABLED is False")
+    return rt
+
+
 def get_runtime(crawler: Crawler) -> Runtime:
     """The :class:`Runtime` of *crawler*, created (and validated) on first use."""
     rt = _runtimes.get(crawler)

@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 
 from . import signals as polite_signals
 from .outcome import Outcome
-from .runtime import get_runtime
+from .runtime import enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -149,9 +148,7 @@ class PoliteStats:
     """
 
     def __init__(self, crawler: Crawler) -> None:
-        rt = get_runtime(crawler)
-        if not rt.config.enabled:
-            raise NotConfigured("POLITE_ENABLED is False")
+        rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.config = rt.config
         self.runtime = rt

@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 
 from . import signals as polite_signals
-from .runtime import get_runtime
+from .runtime import enabled_runtime, get_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -199,9 +198,7 @@ class HostThrottle:
     """Scrapy extension around :class:`ThrottlePolicy`: logging, signals, robots."""
 
     def __init__(self, crawler: Crawler) -> None:
-        rt = get_runtime(crawler)
-        if not rt.config.enabled:
-            raise NotConfigured("POLITE_ENABLED is False")
+        rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
         rt.throttle = self.policy

@@ -206,3 +206,13 @@ async def test_ban_benches_endpoint_for_that_host_only(sandbox) -> None:
     # Site b is still served through the endpoints site a benched.
     assert {e["ip"] for e in banned} <= {e["ip"] for e in log if e["site"] == "b"}
     assert sorted(items_fetched(log, "b")) == list(range(1, 7))
+
+
+@pytest_twisted.ensureDeferred
+async def test_polite_enabled_false_leaves_the_crawl_alone(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=5)], proxies=ProxyConfig(count=2)))
+    result = await crawl(CatalogueSpider, {"POLITE_ENABLED": False}, start_url=sb.site_url("a"))
+    log = sb.log()
+    assert sorted(items_fetched(log)) == [1, 2, 3, 4, 5]
+    assert {e["ip"] for e in log} == {"127.0.0.1"}  # direct, no proxy
+    assert not any(key.startswith("polite/") for key in result.stats)
