@@ -75,9 +75,10 @@ from scrapy_polite.sandbox.http import (
     HOP_BY_HOP,
     Headers,
     HttpError,
-    read_request,
+    Request,
     read_response,
     reason_phrase,
+    serve_requests,
 )
 from scrapy_polite.sandbox.http import build_response as _build_response
 
@@ -175,21 +176,15 @@ class SplashServer:
     # -- HTTP --------------------------------------------------------------
     async def _handle_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._conns.add(writer)
+
+        async def handle(req: Request) -> bool:
+            status, headers, body = await self._serve(req.method, req.target, req.headers, req.body)
+            writer.write(_build_response(status, headers, body, keep_alive=req.keep_alive))
+            await writer.drain()
+            return req.keep_alive
+
         try:
-            while True:
-                try:
-                    req = await read_request(reader, 60.0)
-                except HttpError as exc:
-                    writer.write(_build_response(exc.status, body=str(exc).encode(), keep_alive=False))
-                    await writer.drain()
-                    break
-                if req is None:
-                    break
-                status, headers, body = await self._serve(req.method, req.target, req.headers, req.body)
-                writer.write(_build_response(status, headers, body, keep_alive=req.keep_alive))
-                await writer.drain()
-                if not req.keep_alive:
-                    break
+            await serve_requests(reader, writer, handle)
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
         finally:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from .common import JsonlLog
 from .config import FAILURE_MODES, SandboxConfig
-from .http import Headers, HttpError, build_response, read_request
+from .http import Headers, Request, build_response, serve_requests
 from .proxy import GatewayServer, ProxyServer, nth_address
 from .site import Site, make_self_signed
 
@@ -140,22 +140,16 @@ class SandboxServer:
 
     # -- control API -------------------------------------------------------
     async def _control_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+
+        async def handle(req: Request) -> bool:
+            status, payload = await self._dispatch(req.method, req.target)
+            hdrs = Headers([("Content-Type", "application/json")])
+            writer.write(build_response(status, hdrs, json.dumps(payload).encode(), keep_alive=req.keep_alive))
+            await writer.drain()
+            return req.keep_alive
+
         try:
-            while True:
-                try:
-                    req = await read_request(reader, 30.0)
-                except HttpError as exc:
-                    writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
-                    break
-                if req is None:
-                    break
-                status, payload = await self._dispatch(req.method, req.target)
-                body = json.dumps(payload).encode()
-                hdrs = Headers([("Content-Type", "application/json")])
-                writer.write(build_response(status, hdrs, body, keep_alive=req.keep_alive))
-                await writer.drain()
-                if not req.keep_alive:
-                    break
+            await serve_requests(reader, writer, handle)
         except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
             pass
         finally:
