@@ -185,11 +185,8 @@ class SplashServer:
 
         try:
             await serve_requests(reader, writer, handle)
-        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-            pass
         finally:
             self._conns.discard(writer)
-            writer.close()
 
     async def _serve(self, method: str, target: str, headers: Headers, body: bytes) -> tuple[int, list, bytes]:
         split = urlsplit(target)

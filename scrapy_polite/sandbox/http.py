@@ -278,14 +278,20 @@ async def serve_requests(
     """Read requests off one keep-alive connection and pass each to *handle*.
 
     *handle* answers and says whether the connection stays open; a malformed
-    request gets its error status and closes it. Shared by the site and the proxies.
+    request gets its error status. A peer that goes away ends the loop
+    quietly, and the connection is always closed. Shared by every server here.
     """
-    while True:
-        try:
-            req = await read_request(reader, IDLE_TIMEOUT)
-        except HttpError as exc:
-            writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
-            await writer.drain()
-            return
-        if req is None or not await handle(req):
-            return
+    try:
+        while True:
+            try:
+                req = await read_request(reader, IDLE_TIMEOUT)
+            except HttpError as exc:
+                writer.write(build_response(exc.status, body=str(exc).encode(), keep_alive=False))
+                await writer.drain()
+                return
+            if req is None or not await handle(req):
+                return
+    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()

@@ -196,12 +196,9 @@ class ProxyServer:
 
         try:
             await serve_requests(reader, writer, handle)
-        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, OSError):
-            pass
         finally:
             self._conns.discard(writer)
             self._hung.discard(writer)
-            writer.close()
 
     async def _hang(self, writer: asyncio.StreamWriter) -> None:
         """Hold the request unanswered until recovery, death or the run's end."""

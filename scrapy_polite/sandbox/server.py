@@ -148,12 +148,7 @@ class SandboxServer:
             await writer.drain()
             return req.keep_alive
 
-        try:
-            await serve_requests(reader, writer, handle)
-        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
+        await serve_requests(reader, writer, handle)
 
     async def _dispatch(self, method: str, target: str) -> tuple[int, Any]:  # noqa: C901
         split = urlsplit(target)

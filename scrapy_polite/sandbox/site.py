@@ -135,11 +135,8 @@ class Site:
         self._conns.add(writer)
         try:
             await serve_requests(reader, writer, lambda req: self._serve(req, ip, writer))
-        except (ConnectionError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
-            pass
         finally:
             self._conns.discard(writer)
-            writer.close()
 
     def _retry_after(self, st: _IpState, now: float) -> list[tuple[str, str]]:
         cfg = self.config
