@@ -407,18 +407,21 @@ def test_gateway_sticky_sessions(sb: Sandbox) -> None:
 # -- proxy features -------------------------------------------------------------
 
 
+def _get_ip_through(sock: socket.socket, netloc: str) -> bytes:
+    """``GET /ip`` over an open tunnel, read to the end of the connection."""
+    sock.sendall(f"GET /ip HTTP/1.1\r\nHost: {netloc}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
 def test_connect_tunnel(sb: Sandbox) -> None:
     site = urlsplit(sb.site_url("free"))
     s, head = _connect_tunnel(sb.proxy_urls[2], site.netloc)
     assert head.startswith(b"HTTP/1.1 200")
     assert f"X-Proxy-Exit-IP: {sb.proxy_exit_ips[2]}".encode() in head
-    s.sendall(f"GET /ip HTTP/1.1\r\nHost: {site.netloc}\r\nConnection: close\r\n\r\n".encode())
-    data = b""
-    while True:
-        chunk = s.recv(4096)
-        if not chunk:
-            break
-        data += chunk
+    data = _get_ip_through(s, site.netloc)
     s.close()
     assert data.startswith(b"HTTP/1.1 200")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1]) == {"ip": sb.proxy_exit_ips[2]}
@@ -431,13 +434,7 @@ def test_connect_tunnel_tls(sb: Sandbox) -> None:
     assert head.startswith(b"HTTP/1.1 200")
     ctx = ssl.create_default_context(cafile=str(sb.workdir / "site-tls-cert.pem"))
     with ctx.wrap_socket(s, server_hostname=site.hostname) as tls:
-        tls.sendall(f"GET /ip HTTP/1.1\r\nHost: {site.netloc}\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while True:
-            chunk = tls.recv(4096)
-            if not chunk:
-                break
-            data += chunk
+        data = _get_ip_through(tls, site.netloc)
     assert json.loads(data.split(b"\r\n\r\n", 1)[1]) == {"ip": sb.proxy_exit_ips[3]}
 
 
