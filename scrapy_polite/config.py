@@ -58,6 +58,10 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_PROMETHEUS_ADDRESS": "127.0.0.1",
     "POLITE_EXIT_IP_PROBE_URL": None,
     "POLITE_EXIT_IP_PROBE_TIMEOUT": 10.0,
+    "POLITE_STATE": "memory",
+    "POLITE_STATE_NAMESPACE": "polite",
+    "POLITE_STATE_LEASE_TTL": 5.0,
+    "POLITE_STATE_POLL": 0.05,
 }
 
 
@@ -108,6 +112,10 @@ class PoliteConfig:
     duplicates: tuple[str, ...] = field(default=())
     exit_ip_probe_url: str | None = None
     exit_ip_probe_timeout: float = 10.0
+    state: str = "memory"
+    state_namespace: str = "polite"
+    state_lease_ttl: float = 5.0
+    state_poll: float = 0.05
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -168,6 +176,10 @@ class PoliteConfig:
             prometheus_address=r.str("POLITE_PROMETHEUS_ADDRESS"),
             exit_ip_probe_url=r.optional_url("POLITE_EXIT_IP_PROBE_URL"),
             exit_ip_probe_timeout=r.float("POLITE_EXIT_IP_PROBE_TIMEOUT", minimum=0.1),
+            state=r.state("POLITE_STATE"),
+            state_namespace=r.str("POLITE_STATE_NAMESPACE"),
+            state_lease_ttl=r.float("POLITE_STATE_LEASE_TTL", minimum=1.0),
+            state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -266,6 +278,14 @@ class _Reader:
         if value is not None and not value.startswith(("http://", "https://")):
             raise PoliteConfigError(name, value, "an http:// or https:// URL, or None")
         return value
+
+    def state(self, name: str) -> str:
+        value = self.raw(name)
+        if value == "memory" or (
+            isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
+        ):
+            return value
+        raise PoliteConfigError(name, value, "'memory' or a Redis URL (redis://host:port/db)")
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
         value = self.raw(name)

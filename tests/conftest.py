@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "example_project"))
 # The round-robin proxy middleware that stands for plain Scrapy in the benchmarks.
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 BASE_SETTINGS: dict[str, Any] = {
     "ADDONS": {"scrapy_polite.Addon": 500},
@@ -63,3 +64,13 @@ async def crawl(spidercls: type, settings: dict[str, Any], **spider_kwargs: Any)
     crawler.signals.connect(on_item, signal=signals.item_scraped)
     await crawler.crawl(**spider_kwargs)
     return CrawlResult(crawler, items)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    """A fresh real Redis server (see tests/redis_server.py), stopped after the test."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis")
+    yield server
+    server.stop()

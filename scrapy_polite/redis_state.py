@@ -1,0 +1,115 @@
+"""Connecting to the shared Redis state, and where each piece of it lives.
+
+Every process that points ``POLITE_STATE`` at the same Redis and uses the same
+``POLITE_STATE_NAMESPACE`` shares one pool: endpoint leases, host budgets,
+spacing, cooldowns, session pins, health, fleet stats. This module is the one
+place that names the keys, so the gate, the stats and the ``fleet`` command
+agree on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from .errors import PoliteConfigError
+
+INSTALL_HINT = "pip install 'scrapy-polite[redis]'"
+
+
+def import_redis() -> Any:
+    """The ``redis`` package, or a start-up error that says how to get it."""
+    try:
+        import redis
+    except ImportError:
+        raise PoliteConfigError(
+            "POLITE_STATE", "redis://…", f"redis-py installed for a Redis state ({INSTALL_HINT})"
+        ) from None
+    return redis
+
+
+def check_reachable(url: str, timeout: float = 3.0) -> None:
+    """Ping Redis once, synchronously, so a wrong URL stops the crawl at start-up."""
+    redis = import_redis()
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise PoliteConfigError("POLITE_STATE", url, f"a reachable Redis server ({exc})") from None
+    finally:
+        client.close()
+
+
+def async_client(url: str, timeout: float = 3.0) -> Any:
+    """redis-py's asyncio client, with timeouts so a lost server fails fast."""
+    redis = import_redis()
+    return redis.asyncio.Redis.from_url(
+        url, socket_connect_timeout=timeout, socket_timeout=timeout, decode_responses=True
+    )
+
+
+def endpoint_id(endpoint_key: str) -> str:
+    """A short stable id for an endpoint: Redis never sees proxy credentials."""
+    return hashlib.sha1(endpoint_key.encode()).hexdigest()[:16]
+
+
+class Keys:
+    """Redis key names under one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        self.prefix = f"{namespace}:"
+
+    def host(self, host: str) -> str:
+        """Hash: limit, delay band, min_delay, interval, next_start, paused_until."""
+        return f"{self.prefix}h:{host}"
+
+    def host_leases(self, host: str) -> str:
+        """Sorted set: lease token -> expiry (Redis time)."""
+        return f"{self.prefix}hl:{host}"
+
+    def endpoint(self, ep_id: str) -> str:
+        """Hash: failures, unhealthy_until."""
+        return f"{self.prefix}e:{ep_id}"
+
+    def endpoint_leases(self, ep_id: str) -> str:
+        return f"{self.prefix}el:{ep_id}"
+
+    def pair(self, ep_id: str, host: str) -> str:
+        """Hash: next_allowed, cooldown_until, banned_until; expires with its last timer."""
+        return f"{self.prefix}p:{ep_id}:{host}"
+
+    def session_lock(self, session: str) -> str:
+        return f"{self.prefix}sl:{session}"
+
+    @property
+    def pins(self) -> str:
+        """Hash: session key -> endpoint id."""
+        return f"{self.prefix}pins"
+
+    @property
+    def pin_counts(self) -> str:
+        """Hash: endpoint id -> number of sessions pinned to it."""
+        return f"{self.prefix}pinc"
+
+    @property
+    def procs(self) -> str:
+        """Sorted set: process id -> heartbeat expiry (Redis time)."""
+        return f"{self.prefix}procs"
+
+    def held(self, proc: str) -> str:
+        """Hash: waiter token -> URL of a request the process holds (waiting or in flight)."""
+        return f"{self.prefix}held:{proc}"
+
+    @property
+    def orphans(self) -> str:
+        """List of JSON records: requests held by a process that stopped without releasing them."""
+        return f"{self.prefix}orphans"
+
+    def stats(self, proc: str) -> str:
+        """Hash: one process's published stats snapshot."""
+        return f"{self.prefix}stats:{proc}"
+
+    @property
+    def stats_procs(self) -> str:
+        """Set of process ids that have published stats."""
+        return f"{self.prefix}statsprocs"
