@@ -40,6 +40,8 @@ class Lease:
     granted_at: float
     waited: float
     released: bool = False
+    #: Names the lease in a shared backend (empty for the in-memory gate).
+    token: str = ""
 
 
 @dataclass(eq=False)
@@ -98,7 +100,9 @@ class SessionState:
 class Gate(Protocol):
     """What the middleware and the throttle need from pool state."""
 
-    def acquire(self, host: str, session: str | None = None, not_before: float = 0.0) -> Deferred: ...
+    def acquire(
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+    ) -> Deferred: ...
     def release(self, lease: Lease) -> None: ...
     def expire_leases(self, max_age: float) -> list[Lease]: ...
     def host(self, host: str) -> HostState: ...
@@ -113,6 +117,8 @@ class Gate(Protocol):
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]: ...
     def sessions(self) -> dict[str, str | None]: ...
     def close(self, reason: str) -> None: ...
+    def start(self) -> None: ...
+    def stop(self) -> Deferred | None: ...
 
 
 class LocalGate:
@@ -340,8 +346,20 @@ class LocalGate:
 
     # -- leasing --------------------------------------------------------
 
-    def acquire(self, host: str, session: str | None = None, not_before: float = 0.0) -> Deferred:
-        """A Deferred that fires with a :class:`Lease` when *host* may be sent to."""
+    def start(self) -> None:
+        """Nothing to connect to: the in-memory gate is ready when built."""
+
+    def stop(self) -> Deferred | None:
+        return None
+
+    def acquire(
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+    ) -> Deferred:
+        """A Deferred that fires with a :class:`Lease` when *host* may be sent to.
+
+        *tag* (the request URL) only matters to shared backends, which list
+        what a crashed process was holding.
+        """
         now = self._clock()
         waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)))
         if self._closed:

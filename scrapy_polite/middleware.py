@@ -99,6 +99,8 @@ class PoliteProxyMiddleware:
         rt.middleware = self
         self.gate._on_all_unusable = self._all_unusable
         self.gate._on_session_repinned = self._session_repinned
+        if hasattr(self.gate, "on_orphans"):
+            self.gate.on_orphans = self._orphans
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -129,6 +131,7 @@ class PoliteProxyMiddleware:
         for label in cfg.duplicates:
             logger.warning("scrapy-polite: duplicate proxy %s ignored", label, extra={"spider": spider})
         self.stats.set_value("polite/endpoints", len(labels))
+        self.gate.start()
         from twisted.internet import task
 
         loops = [(task.LoopingCall(self._watch_engine), 0.5), (task.LoopingCall(self._expire_leases), 5.0)]
@@ -139,12 +142,22 @@ class PoliteProxyMiddleware:
             loop.start(interval, now=False)
             self._loops.append(loop)
 
-    def _spider_closed(self, spider: Any, reason: str) -> None:
+    async def _spider_closed(self, spider: Any, reason: str) -> None:
         for loop in self._loops:
             if loop.running:
                 loop.stop()
         self._loops.clear()
         self.stats.set_value("polite/sessions", len(self.gate.sessions()))
+        outages = getattr(self.gate, "outages", 0)
+        if outages:
+            self.stats.set_value("polite/state_outages", outages)
+        # A shared gate hands back what this process holds before the crawl ends.
+        stopping = self.gate.stop()
+        if stopping is not None:
+            await maybe_deferred_to_future(stopping)
+
+    def _orphans(self, process: str, count: int) -> None:
+        self.stats.inc_value("polite/fleet/orphaned", count)
 
     def _watch_engine(self) -> None:
         """Release waiters once the engine starts closing, so it need not wait for them."""
@@ -256,7 +269,7 @@ class PoliteProxyMiddleware:
             # Stored as wall time so it survives a trip through a disk queue.
             not_before = time.monotonic() + max(0.0, not_before - time.time())
         arrived = time.monotonic()
-        lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before))
+        lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before, tag=request.url))
         meta[LEASE_KEY] = lease
         meta["polite_endpoint"] = lease.endpoint.label
         meta["polite_wait"] = time.monotonic() - arrived

@@ -31,19 +31,45 @@ class Runtime:
     @property
     def gate(self) -> LocalGate:
         if self._gate is None:
-            from .gate import LocalGate
-
-            cfg = self.config
-            self._gate = LocalGate(
-                cfg.endpoints,
-                host_concurrency=cfg.host_concurrency,
-                endpoint_concurrency=cfg.endpoint_concurrency,
-                delay=cfg.delay,
-                backoff=cfg.endpoint_backoff,
-                max_failures=cfg.endpoint_max_failures,
-                session_policy=cfg.session_policy,
-            )
+            self._gate = _build_gate(self.config)
         return self._gate
+
+
+def _build_gate(cfg: PoliteConfig) -> Any:
+    """The in-memory gate, or the Redis one when ``POLITE_STATE`` names a server."""
+    common: dict[str, Any] = {
+        "host_concurrency": cfg.host_concurrency,
+        "endpoint_concurrency": cfg.endpoint_concurrency,
+        "delay": cfg.delay,
+        "backoff": cfg.endpoint_backoff,
+        "max_failures": cfg.endpoint_max_failures,
+        "session_policy": cfg.session_policy,
+    }
+    if cfg.state == "memory":
+        from .gate import LocalGate
+
+        return LocalGate(cfg.endpoints, **common)
+    from .errors import PoliteConfigError
+    from .redis_gate import RedisGate
+    from .redis_state import check_reachable
+
+    try:
+        from scrapy.utils.reactor import is_asyncio_reactor_installed
+
+        asyncio_reactor = is_asyncio_reactor_installed()
+    except RuntimeError:  # no reactor installed yet: Scrapy installs the configured one later
+        asyncio_reactor = True
+    if not asyncio_reactor:
+        raise PoliteConfigError(
+            "POLITE_STATE", cfg.state,
+            "the asyncio reactor (TWISTED_REACTOR = "
+            "'twisted.internet.asyncioreactor.AsyncioSelectorReactor') for a Redis state",
+        )
+    check_reachable(cfg.state)
+    return RedisGate(
+        cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
+        lease_ttl=cfg.state_lease_ttl, poll=cfg.state_poll, **common,
+    )
 
 
 _runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()

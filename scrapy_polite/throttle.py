@@ -112,7 +112,7 @@ class ThrottlePolicy:
             p.last_decrease = now
             p.last_change = now
             if h.limit > 1:
-                h.limit = max(1, int(h.limit * cfg.backoff_factor))
+                gate.set_host_limit(host, max(1, int(h.limit * cfg.backoff_factor)))
                 reasons.append(f"{status} via {endpoint.label}")
             else:
                 p.floor_hits += 1
@@ -121,7 +121,7 @@ class ThrottlePolicy:
             ceiling = DELAY_CEILING * base_hi
             if hi < ceiling:
                 widen = min(DELAY_GROWTH, ceiling / hi if hi else DELAY_GROWTH)
-                h.delay = (max(lo * widen, cfg.delay_floor), max(hi * widen, base_lo or 0.1))
+                gate.set_host_delay(host, (max(lo * widen, cfg.delay_floor), max(hi * widen, base_lo or 0.1)))
                 reasons.append("spacing widened")
         p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
@@ -165,8 +165,7 @@ class ThrottlePolicy:
         old = self._snapshot(host)
         reasons = []
         if h.limit < cfg.host_concurrency_max:
-            h.limit += 1
-            self.gate.set_host_limit(host, h.limit)
+            self.gate.set_host_limit(host, h.limit + 1)
             reasons.append("clean window: +1 concurrency")
         if h.interval > 0:
             interval = h.interval * DELAY_SHRINK
@@ -183,10 +182,10 @@ class ThrottlePolicy:
                 new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * scale * JITTER_SHRINK)
             else:
                 new_hi = max(cfg.delay[1], hi * scale)
-            h.delay = (new_lo, new_hi)
+            self.gate.set_host_delay(host, (new_lo, new_hi))
             reasons.append("clean window: spacing narrowed")
         elif not cfg.adaptive and hi > cfg.delay[1]:
-            h.delay = cfg.delay
+            self.gate.set_host_delay(host, cfg.delay)
             reasons.append("clean window: spacing restored")
         p.last_change = now
         p.floor_hits = 0

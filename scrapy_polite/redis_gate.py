@@ -1,0 +1,715 @@
+"""RedisGate: the :class:`~scrapy_polite.gate.Gate` shared by every crawler process.
+
+Several processes (Scrapyd jobs, or scrapy-redis workers on many machines)
+pointed at the same Redis and namespace hold their limits fleet-wide: one
+request per endpoint, the per-host cap and spacing, cooldowns and bans after
+429s and 403s, the throttle's concurrency and rate, session pins and endpoint
+health. Each grant is one Lua script (:mod:`scrapy_polite.redis_scripts`), so
+two processes can never both take the last slot.
+
+What stays local: the queue of waiting requests (each process serves its own
+in order), and a mirror of the host values the throttle reads, refreshed by
+every grant attempt.
+
+Crashes: a lease expires ``POLITE_STATE_LEASE_TTL`` seconds after its last
+renewal, and live processes renew theirs every third of that, so a killed
+process frees its endpoints and host slots within seconds. The URLs it was
+holding are moved to an orphans list by the first survivor that notices.
+
+Lost Redis: no lease is granted while Redis is unreachable (requests wait,
+nothing is sent unguarded); the gate retries with backoff, logs the outage once
+and its end once, and re-asserts its in-flight leases when Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred
+
+from . import redis_scripts
+from .endpoints import Endpoint
+from .errors import NoUsableEndpoints, SessionEndpointLost
+from .gate import EndpointState, HostState, Lease, SessionState
+from .redis_state import Keys, async_client, endpoint_id, import_redis
+
+logger = logging.getLogger(__name__)
+
+#: At most this many endpoints are offered to one grant attempt of an unpinned
+#: request (the least recently used first), so a script stays short however big
+#: the pool is; a session's first request may look at this many to pin one.
+CANDIDATES = 64
+SESSION_CANDIDATES = 512
+#: Host-wide refusals: no other waiter of that host could be granted either.
+_HOST_CODES = frozenset({"paused", "host_full", "host_spacing"})
+#: Shared keys that nobody touches expire after this, so a namespace cleans itself up.
+_IDLE_TTL = 24 * 3600.0
+_BACKOFF = (0.25, 8.0)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    host: str
+    session: str | None
+    not_before: float
+    created: float
+    token: str
+    tag: str | None
+    deferred: Deferred = field(repr=False)
+    done: bool = False
+
+
+class RedisGate:
+    """A :class:`~scrapy_polite.gate.Gate` whose limits are held in Redis."""
+
+    def __init__(
+        self,
+        endpoints: Iterable[Endpoint],
+        *,
+        url: str,
+        namespace: str,
+        host_concurrency: int,
+        endpoint_concurrency: int,
+        delay: tuple[float, float],
+        backoff: tuple[float, float],
+        max_failures: int,
+        session_policy: str = "fail",
+        lease_ttl: float = 5.0,
+        poll: float = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        on_session_repinned: Callable[[str, str | None, str], None] | None = None,
+        on_all_unusable: Callable[[], None] | None = None,
+    ) -> None:
+        self._redis = import_redis()
+        self._errors: tuple[type[BaseException], ...] = (self._redis.RedisError, OSError)
+        self.url = url
+        self.keys = Keys(namespace)
+        self.host_concurrency = host_concurrency
+        self.endpoint_concurrency = endpoint_concurrency
+        self.delay = delay
+        self.backoff = backoff
+        self.max_failures = max_failures
+        self.session_policy = session_policy
+        self.lease_ttl = lease_ttl
+        self.poll = poll
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._on_session_repinned = on_session_repinned
+        self._on_all_unusable = on_all_unusable
+        #: Called with (process id, number of requests) when a dead process's requests are orphaned.
+        self.on_orphans: Callable[[str, int], None] | None = None
+        self.process_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self._endpoints: dict[str, EndpointState] = {}
+        self._ids: dict[str, str] = {}
+        self._by_id: dict[str, str] = {}
+        self._order: OrderedDict[str, None] = OrderedDict()
+        self._hosts: dict[str, HostState] = {}
+        self._sessions: dict[str, SessionState] = {}
+        self._leases: dict[str, Lease] = {}
+        self._fleet_inflight: dict[str, int] = {}
+        self._pumps: dict[str, asyncio.Future[None]] = {}
+        self._wakeups: dict[str, asyncio.Event] = {}
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._ops: asyncio.Queue[Callable[[], Coroutine[Any, Any, Any]]] | None = None
+        self._tasks: list[asyncio.Future[None]] = []
+        self._closed: str | None = None
+        self._stopped = False
+        self._down_since: float | None = None
+        self._retry_in = _BACKOFF[0]
+        self.outages = 0
+        self.set_endpoints(endpoints)
+
+    # -- inspection (same surface as LocalGate) ----------------------------
+
+    @property
+    def endpoints(self) -> dict[str, EndpointState]:
+        return self._endpoints
+
+    @property
+    def hosts(self) -> dict[str, HostState]:
+        return self._hosts
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and self._down_since is None
+
+    def sessions(self) -> dict[str, str | None]:
+        return {
+            key: (self._endpoints[s.endpoint_key].endpoint.label
+                  if s.endpoint_key in self._endpoints else None)
+            for key, s in self._sessions.items()
+        }
+
+    def session_endpoint(self, key: str) -> Endpoint | None:
+        s = self._sessions.get(key)
+        st = self._endpoints.get(s.endpoint_key) if s and s.endpoint_key else None
+        return st.endpoint if st else None
+
+    def waiting(self) -> int:
+        return sum(len(h.waiters) for h in self._hosts.values())
+
+    def host_load(self, host: str) -> int:
+        h = self._hosts.get(host)
+        return h.inflight + len(h.waiters) if h else 0
+
+    def fleet_inflight(self, host: str) -> int:
+        """Requests in flight to *host* from the whole fleet, as last seen."""
+        return self._fleet_inflight.get(host, 0)
+
+    def endpoint_usable(self, st: EndpointState) -> bool:
+        return not st.removed and st.failures < self.max_failures
+
+    def health_counts(self) -> dict[str, int]:
+        now = self._clock()
+        counts = {"healthy": 0, "cooling": 0, "dead": 0}
+        for st in self._endpoints.values():
+            if st.removed:
+                continue
+            if not self.endpoint_usable(st):
+                counts["dead"] += 1
+            elif st.unhealthy_until > now:
+                counts["cooling"] += 1
+            else:
+                counts["healthy"] += 1
+        return counts
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect and start renewing; idempotent, and also done by the first acquire."""
+        if self._client is not None or self._stopped:
+            return
+        self._client = async_client(self.url)
+        self._scripts = {
+            name: self._client.register_script(getattr(redis_scripts, name.upper()))
+            for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
+                         "endpoint_failed", "endpoint_ok")
+        }
+        self._ops = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
+
+    def stop(self) -> Deferred | None:
+        """Release what this process holds and disconnect (a clean exit orphans nothing)."""
+        if self._stopped:
+            return None
+        self._stopped = True
+        self.close("spider closed")
+        if self._client is None:
+            return None
+        return Deferred.fromFuture(asyncio.ensure_future(self._shutdown()))
+
+    async def _shutdown(self) -> None:
+        if self._ops is not None:
+            try:
+                await asyncio.wait_for(self._ops.join(), timeout=5)
+            except asyncio.TimeoutError:
+                logger.warning("scrapy-polite: %d shared-state updates not sent at close", self._ops.qsize())
+        for task in self._tasks + list(self._pumps.values()):
+            task.cancel()
+        client, self._client = self._client, None
+        try:
+            for lease in list(self._leases.values()):
+                await asyncio.wait_for(self._scripts["release"](args=self._release_args(lease)), timeout=2)
+            await asyncio.wait_for(client.delete(self.keys.held(self.process_id)), timeout=2)
+            await asyncio.wait_for(client.zrem(self.keys.procs, self.process_id), timeout=2)
+        except (*self._errors, asyncio.TimeoutError) as exc:
+            logger.warning("scrapy-polite: could not clear this process from the shared state: %s", exc)
+        finally:
+            await client.aclose()
+
+    def close(self, reason: str) -> None:
+        """Fail every waiter, so the engine can close instead of hanging."""
+        if self._closed:
+            return
+        self._closed = reason
+        for h in self._hosts.values():
+            while h.waiters:
+                self._fail(h.waiters[0], NoUsableEndpoints(reason))
+        for event in self._wakeups.values():
+            event.set()
+
+    # -- configuration -----------------------------------------------------
+
+    def host(self, host: str) -> HostState:
+        h = self._hosts.get(host)
+        if h is None:
+            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+        return h
+
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
+        wanted = {e.key: e for e in endpoints}
+        added, removed = [], []
+        for key, ep in wanted.items():
+            st = self._endpoints.get(key)
+            if st is None:
+                self._endpoints[key] = EndpointState(ep)
+                ep_id = endpoint_id(key)
+                self._ids[key], self._by_id[ep_id] = ep_id, key
+                self._order[key] = None
+                self._order.move_to_end(key, last=False)
+                added.append(ep.label)
+            elif st.removed:
+                st.removed = False
+                added.append(ep.label)
+        for key, st in self._endpoints.items():
+            if key not in wanted and not st.removed:
+                st.removed = True
+                removed.append(st.endpoint.label)
+        if removed:
+            self._handle_lost_endpoints({k for k, st in self._endpoints.items() if st.removed})
+        self._kick()
+        return added, removed
+
+    def set_host_limit(self, host: str, limit: int) -> None:
+        self.host(host).limit = max(1, limit)
+        self._hset(host, limit=max(1, limit))
+        self._kick()
+
+    def set_host_delay(self, host: str, delay: tuple[float, float]) -> None:
+        self.host(host).delay = delay
+        self._hset(host, lo=delay[0], hi=delay[1])
+
+    def set_host_min_delay(self, host: str, seconds: float) -> None:
+        self.host(host).min_delay = seconds
+        self._hset(host, min_delay=seconds)
+
+    def set_host_interval(self, host: str, seconds: float) -> None:
+        self.host(host).interval = seconds
+        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, _IDLE_TTL]))
+        self._kick()
+
+    def pause_host(self, host: str, seconds: float) -> None:
+        h = self.host(host)
+        h.paused_until = max(h.paused_until, self._clock() + seconds)
+        self._extend(self.keys.host(host), "paused_until", seconds)
+        self._kick()
+
+    def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None:
+        ep_id = self._ids.get(endpoint_key)
+        if ep_id is None:
+            return
+        if host is None:
+            st = self._endpoints[endpoint_key]
+            st.unhealthy_until = max(st.unhealthy_until, self._clock() + seconds)
+            self._extend(self.keys.endpoint(ep_id), "unhealthy_until", seconds)
+        else:
+            self._extend(self.keys.pair(ep_id, host), "cooldown_until", seconds)
+        self._kick()
+
+    def ban_endpoint(self, endpoint_key: str, host: str, seconds: float) -> None:
+        ep_id = self._ids.get(endpoint_key)
+        if ep_id is not None:
+            self._extend(self.keys.pair(ep_id, host), "banned_until", seconds)
+            self._kick()
+
+    def endpoint_failed(self, endpoint_key: str) -> None:
+        st = self._endpoints.get(endpoint_key)
+        if st is None:
+            return
+        # Count it locally at once (the caller logs it); the shared count follows.
+        st.failures += 1
+        base, cap = self.backoff
+        st.unhealthy_until = self._clock() + min(cap, base * 2 ** (st.failures - 1))
+        self._after_health_change(endpoint_key)
+
+        async def send() -> None:
+            failures, until = await self._scripts["endpoint_failed"](
+                args=[self.keys.endpoint(self._ids[endpoint_key]), base, cap, _IDLE_TTL]
+            )
+            if int(failures) > st.failures:
+                st.failures = int(failures)
+                self._after_health_change(endpoint_key)
+
+        self._op(send)
+        self._kick()
+
+    def endpoint_ok(self, endpoint_key: str) -> None:
+        st = self._endpoints.get(endpoint_key)
+        if st is not None and st.failures:
+            st.failures = 0
+            st.unhealthy_until = 0.0
+            self._op(lambda: self._scripts["endpoint_ok"](args=[self.keys.endpoint(self._ids[endpoint_key])]))
+
+    def expire_leases(self, max_age: float) -> list[Lease]:
+        now = self._clock()
+        stale = [lease for lease in self._leases.values() if lease.granted_at < now - max_age]
+        for lease in stale:
+            self.release(lease)
+        return stale
+
+    # -- leasing -----------------------------------------------------------
+
+    def acquire(
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+    ) -> Deferred:
+        now = self._clock()
+        waiter = _Waiter(host, session, not_before, now, secrets.token_hex(8), tag,
+                         Deferred(lambda d: self._cancel(waiter)))
+        if self._closed:
+            waiter.deferred.errback(NoUsableEndpoints(self._closed))
+            return waiter.deferred
+        self.start()
+        if session is not None:
+            s = self._sessions.get(session)
+            if s is None:
+                s = self._sessions[session] = SessionState(session)
+            if s.lost:
+                waiter.deferred.errback(SessionEndpointLost(s.lost))
+                return waiter.deferred
+            s.queue.append(waiter)  # type: ignore[arg-type]
+        self.host(host).waiters.append(waiter)  # type: ignore[arg-type]
+        if tag is not None:
+            held = self.keys.held(self.process_id)
+            self._op(lambda: self._client.hset(held, waiter.token, tag))
+        self._ensure_pump(host)
+        return waiter.deferred
+
+    def release(self, lease: Lease) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        self._leases.pop(lease.token, None)
+        st = self._endpoints.get(lease.endpoint.key)
+        if st is not None:
+            st.inflight -= 1
+        h = self._hosts.get(lease.host)
+        if h is not None:
+            h.inflight -= 1
+        if lease.session is not None:
+            s = self._sessions.get(lease.session)
+            if s is not None:
+                s.busy = False
+
+        args = self._release_args(lease)
+
+        async def send() -> None:
+            await self._scripts["release"](args=args)
+            self._kick()
+
+        self._op(send)
+        self._kick()
+
+    def _release_args(self, lease: Lease) -> list[Any]:
+        ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key))
+        return [self.keys.prefix, lease.host, lease.session or "", lease.token, ep_id,
+                self.keys.held(self.process_id), lease.token]
+
+    # -- the pump: one task per host with waiters --------------------------
+
+    def _ensure_pump(self, host: str) -> None:
+        event = self._wakeups.get(host)
+        if event is None:
+            event = self._wakeups[host] = asyncio.Event()
+        task = self._pumps.get(host)
+        if task is None or task.done():
+            self._pumps[host] = asyncio.ensure_future(self._pump(host, event))
+        else:
+            event.set()
+
+    def _kick(self) -> None:
+        for host, event in self._wakeups.items():
+            if self._hosts.get(host) is not None and self._hosts[host].waiters:
+                event.set()
+
+    async def _pump(self, host: str, event: asyncio.Event) -> None:
+        h = self._hosts[host]
+        while h.waiters and not self._closed:
+            event.clear()
+            now = self._clock()
+            tries, wake = self._eligible(h, now)
+            pause = wake - now
+            for waiter in tries:
+                try:
+                    code, wait = await self._try(host, waiter)
+                except self._errors as exc:
+                    await self._outage(exc)
+                    pause = 0.0
+                    break
+                self._back()
+                if code == "granted":
+                    pause = 0.0
+                    break
+                pause = min(pause, wait)
+                if code in _HOST_CODES:
+                    break
+            if pause > 0:
+                try:
+                    await asyncio.wait_for(event.wait(), timeout=min(pause, 1.0) + 0.001)
+                except asyncio.TimeoutError:
+                    pass
+
+    def _eligible(self, h: HostState, now: float) -> tuple[list[_Waiter], float]:
+        """Waiters worth one grant attempt now, and when to look again otherwise."""
+        tries: list[_Waiter] = []
+        wake = now + 1.0
+        unpinned = False
+        for waiter in h.waiters:
+            w: _Waiter = waiter  # type: ignore[assignment]
+            if w.not_before > now:
+                wake = min(wake, w.not_before)
+                continue
+            if w.session is None:
+                if not unpinned and self._free_candidates():
+                    tries.append(w)
+                unpinned = True
+                continue
+            s = self._sessions[w.session]
+            if not s.busy and s.queue and s.queue[0] is w:
+                tries.append(w)
+        return tries, wake
+
+    def _free_candidates(self) -> list[str]:
+        now = self._clock()
+        out = []
+        for key in self._order:
+            st = self._endpoints[key]
+            # Dead endpoints stay on offer: Redis re-checks them at the longest backoff.
+            if not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now:
+                out.append(self._ids[key])
+                if len(out) >= CANDIDATES:
+                    break
+        return out
+
+    async def _try(self, host: str, w: _Waiter) -> tuple[str, float]:
+        if w.session is not None:
+            s = self._sessions[w.session]
+            pinned = s.endpoint_key
+            if pinned is not None and pinned in self._endpoints:
+                ids = [self._ids[pinned]]
+            else:
+                ids = [self._ids[k] for k, st in self._endpoints.items() if self.endpoint_usable(st)]
+                ids = ids[:SESSION_CANDIDATES]
+        else:
+            ids = self._free_candidates()
+        h = self.host(host)
+        low, high = h.delay
+        code, ep_id, at, state = await self._scripts["acquire"](args=[
+            self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
+            self.host_concurrency, low, high, self.max_failures, self.backoff[1],
+            self._rng.random(), self.poll, "1" if self.session_policy == "repin" else "0", *ids,
+        ])
+        now = self._clock()
+        redis_now = float(state[0])
+        self._mirror(h, host, state, now)
+        wait = max(0.0, float(at) - redis_now)
+        if code == "granted":
+            key = self._by_id.get(ep_id)
+            if w.done or key is None or self._closed:
+                # Cancelled while the script ran, or pinned (by another process) to an
+                # endpoint this process does not have: hand the slot straight back.
+                self._send_release(host, w, ep_id)
+                if not w.done and key is None:
+                    self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
+                return "refused", 0.0
+            self._grant(w, self._endpoints[key], h, now)
+        elif code == "session_lost" and w.session is not None:
+            key = self._by_id.get(ep_id)
+            label = self._endpoints[key].endpoint.label if key else ep_id
+            self._session_lost(
+                w, f"session {w.session!r} lost its endpoint {label} (POLITE_SESSION_POLICY='fail')"
+            )
+        elif code == "session_wait" and w.session is not None:
+            self._sessions[w.session].endpoint_key = self._by_id.get(ep_id)
+        return code, wait
+
+    def _mirror(self, h: HostState, host: str, state: list[str], now: float) -> None:
+        """Refresh the throttle's view of *host* from the shared values."""
+        redis_now = float(state[0])
+        h.limit = int(float(state[1]))
+        h.delay = (float(state[2]), float(state[3]))
+        h.min_delay = float(state[4])
+        h.interval = float(state[5])
+        h.paused_until = now + (float(state[6]) - redis_now) if float(state[6]) > redis_now else 0.0
+        self._fleet_inflight[host] = int(float(state[7]))
+
+    def _grant(self, w: _Waiter, st: EndpointState, h: HostState, now: float) -> None:
+        key = st.endpoint.key
+        st.inflight += 1
+        st.requests += 1
+        st.last_granted = now
+        self._order.move_to_end(key)
+        h.inflight += 1
+        h.waiters.remove(w)  # type: ignore[arg-type]
+        if w.session is not None:
+            s = self._sessions[w.session]
+            s.endpoint_key = key
+            s.busy = True
+            s.requests += 1
+            s.queue.popleft()
+        w.done = True
+        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token)
+        self._leases[w.token] = lease
+        w.deferred.callback(lease)
+
+    def _send_release(self, host: str, w: _Waiter, ep_id: str) -> None:
+        args = [self.keys.prefix, host, w.session or "", w.token, ep_id, self.keys.held(self.process_id),
+                w.token]
+        self._op(lambda: self._scripts["release"](args=args))
+
+    # -- waiters -----------------------------------------------------------
+
+    def _cancel(self, w: _Waiter) -> None:
+        w.done = True
+        self._drop(w)
+
+    def _drop(self, w: _Waiter) -> None:
+        h = self._hosts.get(w.host)
+        if h is not None and w in h.waiters:
+            h.waiters.remove(w)  # type: ignore[arg-type]
+        s = self._sessions.get(w.session) if w.session is not None else None
+        if s is not None and w in s.queue:
+            s.queue.remove(w)  # type: ignore[arg-type]
+        if w.tag is not None and self._client is not None:
+            held = self.keys.held(self.process_id)
+            self._op(lambda: self._client.hdel(held, w.token))
+
+    def _fail(self, w: _Waiter, exc: Exception) -> None:
+        if w.done:
+            self._drop(w)
+            return
+        w.done = True
+        self._drop(w)
+        w.deferred.errback(exc)
+
+    def _session_lost(self, w: _Waiter, reason: str) -> None:
+        s = self._sessions[w.session]  # type: ignore[index]
+        s.lost = reason
+        for other in list(s.queue):
+            self._fail(other, SessionEndpointLost(reason))  # type: ignore[arg-type]
+        self._fail(w, SessionEndpointLost(reason))
+
+    def _after_health_change(self, endpoint_key: str) -> None:
+        st = self._endpoints[endpoint_key]
+        if self.endpoint_usable(st):
+            return
+        self._handle_lost_endpoints({endpoint_key})
+        if self._on_all_unusable is not None and not any(
+            self.endpoint_usable(s) for s in self._endpoints.values()
+        ):
+            self._on_all_unusable()
+
+    def _handle_lost_endpoints(self, keys: set[str]) -> None:
+        for s in self._sessions.values():
+            if s.endpoint_key not in keys or s.lost:
+                continue
+            old = self._endpoints[s.endpoint_key].endpoint.label
+            if self.session_policy == "repin":
+                pinned, s.endpoint_key = s.endpoint_key, None
+                ep_id = self._ids[pinned]
+                session = s.key
+
+                async def unpin(session: str = session, ep_id: str = ep_id) -> None:
+                    if await self._client.hget(self.keys.pins, session) == ep_id:
+                        await self._client.hdel(self.keys.pins, session)
+                        await self._client.hincrby(self.keys.pin_counts, ep_id, -1)
+
+                self._op(unpin)
+                if self._on_session_repinned is not None:
+                    self._on_session_repinned(s.key, old, "endpoint unusable")
+                continue
+            s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
+            for w in list(s.queue):
+                self._fail(w, SessionEndpointLost(s.lost))  # type: ignore[arg-type]
+
+    # -- background: ordered updates, renewals, outages --------------------
+
+    def _op(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Queue a shared-state update; updates are sent one by one, in order."""
+        if self._ops is None:
+            self.start()
+        if self._ops is not None:
+            self._ops.put_nowait(make)
+
+    def _hset(self, host: str, **fields: float) -> None:
+        key = self.keys.host(host)
+
+        async def send() -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, int(_IDLE_TTL))
+            await pipe.execute()
+
+        self._op(send)
+
+    def _extend(self, key: str, field_name: str, seconds: float) -> None:
+        self._op(lambda: self._scripts["extend"](args=[key, field_name, seconds]))
+
+    async def _run_ops(self) -> None:
+        assert self._ops is not None
+        while True:
+            make = await self._ops.get()
+            try:
+                while True:
+                    try:
+                        await make()
+                        self._back()
+                        break
+                    except self._errors as exc:
+                        if self._stopped:
+                            break
+                        # Updates wait for Redis, in order, rather than being lost.
+                        await self._outage(exc)
+            except Exception:
+                logger.exception("scrapy-polite: shared-state update failed")
+            finally:
+                self._ops.task_done()
+
+    async def _run_renewals(self) -> None:
+        """Every third of the lease TTL: renew leases and heartbeat, sweep dead processes."""
+        while True:
+            try:
+                await self._renew()
+                self._back()
+            except self._errors as exc:
+                await self._outage(exc)
+                continue
+            await asyncio.sleep(self.lease_ttl / 3)
+
+    async def _renew(self) -> None:
+        args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id]
+        for lease in self._leases.values():
+            args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key)),
+                     lease.host, lease.session or ""]
+        await self._scripts["renew"](args=args)
+        swept = await self._scripts["sweep"](args=[self.keys.prefix])
+        for proc, count in zip(swept[::2], swept[1::2]):
+            logger.warning(
+                "scrapy-polite: process %s stopped renewing its leases; its endpoints are free again "
+                "and the %d request(s) it held are listed under %s",
+                proc, int(count), self.keys.orphans,
+            )
+            if self.on_orphans is not None:
+                self.on_orphans(proc, int(count))
+
+    async def _outage(self, exc: BaseException) -> None:
+        if self._down_since is None:
+            self._down_since = self._clock()
+            self.outages += 1
+            logger.warning(
+                "scrapy-polite: lost the shared state at %s (%s); %d request(s) wait, none is sent "
+                "until it is back", self.url, exc, self.waiting(),
+            )
+        await asyncio.sleep(self._retry_in)
+        self._retry_in = min(_BACKOFF[1], self._retry_in * 2)
+
+    def _back(self) -> None:
+        if self._down_since is not None:
+            logger.warning(
+                "scrapy-polite: shared state at %s is back after %.1f s", self.url,
+                self._clock() - self._down_since,
+            )
+            self._down_since = None
+            self._kick()
+        self._retry_in = _BACKOFF[0]

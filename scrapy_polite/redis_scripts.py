@@ -1,0 +1,251 @@
+"""Lua scripts of the Redis gate: each decision that must be atomic is one script.
+
+All times are Redis server time (``TIME``), so processes on different
+machines agree on spacing and cooldowns whatever their clocks say. Lua
+numbers come back to redis-py as integers, so every time is returned as a
+string. Keys are built inside the scripts from the namespace prefix in
+``ARGV[1]`` (see :class:`scrapy_polite.redis_state.Keys`), which a single
+Redis server (not a cluster) allows.
+"""
+
+from __future__ import annotations
+
+_PRELUDE = """
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function keep(key, seconds)
+  -- Extend a key's lifetime to at least *seconds*; keys without expiry get one.
+  local want = math.ceil(seconds * 1000)
+  local pt = redis.call('PTTL', key)
+  if pt < want then redis.call('PEXPIRE', key, want) end
+end
+"""
+
+#: Grant a lease, or say why not and when to look again.
+#: ARGV: prefix, host, session ('' = none), token, ttl, endpoint_concurrency,
+#: default limit, default delay low, default delay high, max_failures,
+#: backoff max, u (uniform 0..1 for the jitter), poll, repin ('1'/'0'),
+#: candidate endpoint ids...
+#: Returns {code, endpoint id, time, {now, limit, lo, hi, min_delay, interval,
+#: paused_until, fleet in-flight}}.
+ACQUIRE = _PRELUDE + """
+local p, host, session, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ttl, epc = tonumber(ARGV[5]), tonumber(ARGV[6])
+local maxf, backoff_max = tonumber(ARGV[10]), tonumber(ARGV[11])
+local u, poll, repin = tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14] == '1'
+local now = clock()
+local hk = p .. 'h:' .. host
+local hv = redis.call('HMGET', hk, 'limit', 'lo', 'hi', 'min_delay', 'interval', 'next_start', 'paused_until')
+local limit = tonumber(hv[1]) or tonumber(ARGV[7])
+local lo = tonumber(hv[2]) or tonumber(ARGV[8])
+local hi = tonumber(hv[3]) or tonumber(ARGV[9])
+local min_delay = tonumber(hv[4]) or 0
+local interval = tonumber(hv[5]) or 0
+local next_start = tonumber(hv[6]) or 0
+local paused = tonumber(hv[7]) or 0
+local hl = p .. 'hl:' .. host
+redis.call('ZREMRANGEBYSCORE', hl, '-inf', now)
+local inflight = redis.call('ZCARD', hl)
+local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostring(min_delay),
+               tostring(interval), tostring(paused), tostring(inflight)}
+local function reply(code, id, at)
+  return {code, id or '', tostring(at or now), state}
+end
+if paused > now then return reply('paused', '', paused) end
+if inflight >= limit then return reply('host_full', '', now + poll) end
+if next_start > now then return reply('host_spacing', '', next_start) end
+
+local function health(id)
+  local ev = redis.call('HMGET', p .. 'e:' .. id, 'failures', 'unhealthy_until')
+  local failures, unhealthy = tonumber(ev[1]) or 0, tonumber(ev[2]) or 0
+  if failures >= maxf and unhealthy <= now then
+    -- A dead endpoint is still re-checked, at the longest backoff.
+    unhealthy = now + backoff_max
+    redis.call('HSET', p .. 'e:' .. id, 'unhealthy_until', tostring(unhealthy))
+  end
+  return failures, unhealthy
+end
+local function pair(id)
+  local pv = redis.call('HMGET', p .. 'p:' .. id .. ':' .. host, 'next_allowed', 'cooldown_until', 'banned_until')
+  return tonumber(pv[1]) or 0, tonumber(pv[2]) or 0, tonumber(pv[3]) or 0
+end
+
+local cands = {}
+for i = 15, #ARGV do cands[#cands + 1] = ARGV[i] end
+if session ~= '' then
+  if redis.call('EXISTS', p .. 'sl:' .. session) == 1 then return reply('session_busy', '', now + poll) end
+  local pin = redis.call('HGET', p .. 'pins', session)
+  if pin then
+    local failures = health(pin)
+    if failures >= maxf then
+      if not repin then return reply('session_lost', pin, now) end
+      redis.call('HDEL', p .. 'pins', session)
+      redis.call('HINCRBY', p .. 'pinc', pin, -1)
+      pin = false
+    end
+  end
+  if not pin then
+    -- Least-shared usable endpoint, not banned for this host; readiness is checked below.
+    local best, best_rank, best_unhealthy = nil, nil, nil
+    for _, id in ipairs(cands) do
+      local failures, unhealthy = health(id)
+      local _, _, banned = pair(id)
+      if failures < maxf and banned <= now then
+        local rank = tonumber(redis.call('HGET', p .. 'pinc', id)) or 0
+        if best == nil or rank < best_rank or (rank == best_rank and unhealthy < best_unhealthy) then
+          best, best_rank, best_unhealthy = id, rank, unhealthy
+        end
+      end
+    end
+    if best == nil then return reply('no_endpoint', '', now + 1) end
+    redis.call('HSET', p .. 'pins', session, best)
+    redis.call('HINCRBY', p .. 'pinc', best, 1)
+    pin = best
+  end
+  cands = {pin}
+end
+
+local wake = now + 60
+local chosen = nil
+for _, id in ipairs(cands) do
+  local el = p .. 'el:' .. id
+  redis.call('ZREMRANGEBYSCORE', el, '-inf', now)
+  if redis.call('ZCARD', el) >= epc then
+    wake = math.min(wake, now + poll)
+  else
+    local _, unhealthy = health(id)
+    local next_allowed, cooldown, banned = pair(id)
+    local ready = math.max(unhealthy, next_allowed, cooldown, banned)
+    if ready <= now then
+      chosen = id
+      break
+    end
+    wake = math.min(wake, ready)
+  end
+end
+if chosen == nil then
+  if session ~= '' then return reply('session_wait', cands[1], wake) end
+  return reply('endpoint_wait', '', wake)
+end
+
+local expires = now + ttl
+redis.call('ZADD', p .. 'el:' .. chosen, expires, token)
+keep(p .. 'el:' .. chosen, ttl * 2)
+redis.call('ZADD', hl, expires, token)
+keep(hl, ttl * 2)
+if session ~= '' then
+  redis.call('SET', p .. 'sl:' .. session, token, 'PX', math.ceil(ttl * 1000))
+end
+if interval > 0 then redis.call('HSET', hk, 'next_start', tostring(now + interval)) end
+local spacing = math.max(lo + u * (hi - lo), min_delay)
+local pk = p .. 'p:' .. chosen .. ':' .. host
+redis.call('HSET', pk, 'next_allowed', tostring(now + spacing))
+keep(pk, spacing + 1)
+return reply('granted', chosen, now)
+"""
+
+#: ARGV: prefix, host, session, token, endpoint id, held key, waiter token.
+RELEASE = """
+local p, host, session, token, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+redis.call('ZREM', p .. 'el:' .. id, token)
+redis.call('ZREM', p .. 'hl:' .. host, token)
+if session ~= '' and redis.call('GET', p .. 'sl:' .. session) == token then
+  redis.call('DEL', p .. 'sl:' .. session)
+end
+if ARGV[6] ~= '' then redis.call('HDEL', ARGV[6], ARGV[7]) end
+return 1
+"""
+
+#: Keep this process's leases and heartbeat alive; re-assert leases Redis lost
+#: (a restarted server), since their requests are still in flight.
+#: ARGV: prefix, ttl, process id, then (token, endpoint id, host, session) x n.
+RENEW = _PRELUDE + """
+local p, ttl, proc = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local now = clock()
+local expires = now + ttl
+redis.call('ZADD', p .. 'procs', expires, proc)
+keep(p .. 'procs', ttl * 4)
+keep(p .. 'held:' .. proc, ttl * 4)
+for i = 4, #ARGV, 4 do
+  local token, id, host, session = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  redis.call('ZADD', p .. 'el:' .. id, expires, token)
+  keep(p .. 'el:' .. id, ttl * 2)
+  redis.call('ZADD', p .. 'hl:' .. host, expires, token)
+  keep(p .. 'hl:' .. host, ttl * 2)
+  if session ~= '' then
+    local holder = redis.call('GET', p .. 'sl:' .. session)
+    if holder == token or not holder then
+      redis.call('SET', p .. 'sl:' .. session, token, 'PX', math.ceil(ttl * 1000))
+    end
+  end
+end
+return tostring(now)
+"""
+
+#: Processes whose heartbeat ran out: move the requests they held to the
+#: orphans list, once (the script is atomic, so one survivor does it).
+#: ARGV: prefix. Returns {proc, count, proc, count, ...}.
+SWEEP = _PRELUDE + """
+local p = ARGV[1]
+local now = clock()
+local dead = redis.call('ZRANGEBYSCORE', p .. 'procs', '-inf', now)
+local out = {}
+for _, proc in ipairs(dead) do
+  local held = redis.call('HGETALL', p .. 'held:' .. proc)
+  local n = 0
+  for i = 1, #held, 2 do
+    redis.call('RPUSH', p .. 'orphans', cjson.encode({proc = proc, url = held[i + 1], at = now}))
+    n = n + 1
+  end
+  redis.call('DEL', p .. 'held:' .. proc)
+  redis.call('ZREM', p .. 'procs', proc)
+  out[#out + 1] = proc
+  out[#out + 1] = n
+end
+return out
+"""
+
+#: Push a timer field out to at least now + seconds (pauses, cooldowns, bans).
+#: ARGV: key, field, seconds. Returns the field's new value.
+EXTEND = _PRELUDE + """
+local key, field, seconds = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now = clock()
+local old = tonumber(redis.call('HGET', key, field)) or 0
+local until_ = math.max(old, now + seconds)
+redis.call('HSET', key, field, tostring(until_))
+keep(key, until_ - now + 1)
+return tostring(until_)
+"""
+
+#: A host's minimum interval between request starts; the next start moves by
+#: the difference, so a raised rate applies at once. ARGV: key, seconds, ttl.
+SET_INTERVAL = _PRELUDE + """
+local key, seconds = ARGV[1], tonumber(ARGV[2])
+local old = tonumber(redis.call('HGET', key, 'interval')) or 0
+local next_start = tonumber(redis.call('HGET', key, 'next_start')) or 0
+redis.call('HSET', key, 'interval', tostring(seconds), 'next_start', tostring(next_start + seconds - old))
+keep(key, tonumber(ARGV[3]))
+return 1
+"""
+
+#: A connection failure through an endpoint: exponential backoff, shared.
+#: ARGV: key, backoff base, backoff cap, ttl. Returns {failures, unhealthy_until}.
+ENDPOINT_FAILED = _PRELUDE + """
+local key, base, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = clock()
+local failures = redis.call('HINCRBY', key, 'failures', 1)
+local until_ = now + math.min(cap, base * 2 ^ (failures - 1))
+redis.call('HSET', key, 'unhealthy_until', tostring(until_))
+keep(key, tonumber(ARGV[4]))
+return {failures, tostring(until_)}
+"""
+
+#: ARGV: key. A success clears the failure count, if there was one.
+ENDPOINT_OK = """
+if (tonumber(redis.call('HGET', ARGV[1], 'failures')) or 0) > 0 then
+  redis.call('HSET', ARGV[1], 'failures', 0, 'unhealthy_until', 0)
+end
+return 1
+"""
