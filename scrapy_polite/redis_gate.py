@@ -118,6 +118,9 @@ class RedisGate:
         self._sessions: dict[str, SessionState] = {}
         self._leases: dict[str, Lease] = {}
         self._fleet_inflight: dict[str, int] = {}
+        # This process's own spacing per (endpoint key, host), kept locally too, so
+        # a Redis restart that loses its data cannot make this process send early.
+        self._spacing: dict[tuple[str, str], float] = {}
         self._pumps: dict[str, asyncio.Future[None]] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
         self._client: Any = None
@@ -347,6 +350,8 @@ class RedisGate:
         stale = [lease for lease in self._leases.values() if lease.granted_at < now - max_age]
         for lease in stale:
             self.release(lease)
+        for pair in [p for p, t in self._spacing.items() if t <= now]:
+            del self._spacing[pair]
         return stale
 
     # -- leasing -----------------------------------------------------------
@@ -461,7 +466,7 @@ class RedisGate:
                 wake = min(wake, w.not_before)
                 continue
             if w.session is None:
-                if not unpinned and self._free_candidates():
+                if not unpinned and self._free_candidates(w.host):
                     tries.append(w)
                 unpinned = True
                 continue
@@ -470,13 +475,14 @@ class RedisGate:
                 tries.append(w)
         return tries, wake
 
-    def _free_candidates(self) -> list[str]:
+    def _free_candidates(self, host: str) -> list[str]:
         now = self._clock()
         out = []
         for key in self._order:
             st = self._endpoints[key]
             # Dead endpoints stay on offer: Redis re-checks them at the longest backoff.
-            if not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now:
+            if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
+                    and self._spacing.get((key, host), 0.0) <= now):
                 out.append(self._ids[key])
                 if len(out) >= CANDIDATES:
                     break
@@ -487,18 +493,22 @@ class RedisGate:
             s = self._sessions[w.session]
             pinned = s.endpoint_key
             if pinned is not None and pinned in self._endpoints:
+                ready = self._spacing.get((pinned, host), 0.0)
+                if ready > self._clock():
+                    return "session_wait", ready - self._clock()
                 ids = [self._ids[pinned]]
             else:
                 ids = [self._ids[k] for k, st in self._endpoints.items() if self.endpoint_usable(st)]
                 ids = ids[:SESSION_CANDIDATES]
         else:
-            ids = self._free_candidates()
+            ids = self._free_candidates(host)
         h = self.host(host)
         low, high = h.delay
+        u = self._rng.random()
         code, ep_id, at, state = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
-            self._rng.random(), self.poll, "1" if self.session_policy == "repin" else "0", *ids,
+            u, self.poll, "1" if self.session_policy == "repin" else "0", *ids,
         ])
         now = self._clock()
         redis_now = float(state[0])
@@ -514,6 +524,9 @@ class RedisGate:
                     self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
                 return "refused", 0.0
             self._grant(w, self._endpoints[key], h, now)
+            # The same spacing the script drew, from the same band and the same u.
+            lo, hi = h.delay
+            self._spacing[(key, host)] = now + max(lo + u * (hi - lo), h.min_delay)
         elif code == "session_lost" and w.session is not None:
             key = self._by_id.get(ep_id)
             label = self._endpoints[key].endpoint.label if key else ep_id

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
 
+import pytest
 import pytest_twisted
-from conftest import crawl
+from conftest import ROOT, crawl
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import items_fetched, max_inflight_host, max_inflight_per_ip, min_spacing_per_ip, statuses
 
-from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.sandbox import SCENARIOS, ProxyConfig, SandboxConfig, SiteConfig
 
 
 def site(**kw) -> SiteConfig:
@@ -53,3 +60,194 @@ async def test_sessions_stay_on_one_endpoint_through_redis(sandbox, redis_server
     assert len(ips_per_user) == 12 and all(len(ips) == 1 for ips in ips_per_user.values())
     assert all(steps == ["/login", "/account", "/account/orders"] for steps in order.values())
     assert len({next(iter(ips)) for ips in ips_per_user.values()}) == 8
+
+
+# -- several crawler processes sharing one pool (scrapy-redis shares the request queue) --
+
+FLEET_DELAY = (1.05, 1.3)  # just above the sandbox's 1 req/s per IP
+
+
+def start_fleet(sb, redis_url: str, workdir, n: int, pages: int, **settings):
+    """Push *pages* item URLs to scrapy-redis's queue and start *n* ``scrapy crawl fleet`` processes."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.rpush("fleet:start_urls", *[f"{sb.site_url('a')}/item/{i}" for i in range(1, pages + 1)])
+    client.close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "example_project")])}
+    opts = {
+        "POLITE_PROXIES": ",".join(sb.proxy_urls),
+        "POLITE_PROXIES_FILE": "",
+        "POLITE_STATE": redis_url,
+        "POLITE_DELAY": " ".join(map(str, FLEET_DELAY)),
+        "POLITE_LOG_INTERVAL": "0",
+        "REDIS_URL": redis_url,
+        "MAX_IDLE_TIME_BEFORE_CLOSE": "3",
+        "ITEM_PIPELINES": '{"flush_items.FlushedJsonLines": 100}',
+        "TELNETCONSOLE_ENABLED": "False",
+        "DOWNLOAD_TIMEOUT": "5",
+        "CLOSESPIDER_TIMEOUT": "90",
+        **{k: str(v) for k, v in settings.items()},
+    }
+    procs = []
+    for i in range(n):
+        args = [sys.executable, "-m", "scrapy", "crawl", "fleet",
+                "-s", f"ITEMS_PATH={workdir / f'items{i}.jsonl'}", "-s", f"LOG_FILE={workdir / f'crawl{i}.log'}"]
+        for k, v in opts.items():
+            args += ["-s", f"{k}={v}"]
+        procs.append(subprocess.Popen(args, cwd=ROOT / "example_project", env=env))
+    return procs
+
+
+def wait_all(procs, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+
+
+def read_items(workdir, n: int) -> list[list[dict]]:
+    out = []
+    for i in range(n):
+        path = workdir / f"items{i}.jsonl"
+        out.append([json.loads(line) for line in path.read_text().splitlines()] if path.exists() else [])
+    return out
+
+
+def ok_rate(log, site: str = "a") -> float:
+    """Successful pages per second over the span the site saw them."""
+    ok = sorted(e["t_end"] for e in log if e["site"] == site and e["status"] == 200)
+    return (len(ok) - 1) / (ok[-1] - ok[0]) if len(ok) > 1 else 0.0
+
+
+@pytest.mark.slow
+def test_four_processes_share_one_request_per_endpoint(sandbox, redis_server, tmp_path) -> None:
+    pages = 60
+    single = sandbox(SCENARIOS["per-ip"]())
+    (tmp_path / "one").mkdir()
+    wait_all(start_fleet(single, redis_server.url, tmp_path / "one", 1, pages, POLITE_STATE_NAMESPACE="one"))
+    one_rate = ok_rate(single.log())
+
+    fleet = sandbox(SCENARIOS["per-ip"]())
+    (tmp_path / "four").mkdir()
+    procs = start_fleet(fleet, redis_server.url, tmp_path / "four", 4, pages, POLITE_STATE_NAMESPACE="four")
+    wait_all(procs)
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    log = fleet.log()
+    items = read_items(tmp_path / "four", 4)
+    ids = [it["id"] for per in items for it in per]
+    assert sorted(ids) == list(range(1, pages + 1))  # none lost, none twice
+    assert all(per for per in items)  # every process did part of the work
+    assert max_inflight_per_ip(log) == 1
+    assert statuses(log).get(403, 0) == 0
+    assert statuses(log).get(429, 0) <= pages * 0.05
+    assert min_spacing_per_ip(log, "a") >= FLEET_DELAY[0] - 0.05
+    # The target sets the pace, not the number of processes.
+    assert 0.75 * one_rate <= ok_rate(log) <= 1.25 * one_rate
+
+
+@pytest.mark.slow
+def test_a_killed_process_frees_its_endpoints_and_its_requests_are_accounted_for(
+    sandbox, redis_server, tmp_path
+) -> None:
+    import redis
+
+    pages, ttl = 90, 2.0
+    sb = sandbox(SCENARIOS["per-ip"]())
+    procs = start_fleet(sb, redis_server.url, tmp_path, 4, pages, POLITE_STATE_LEASE_TTL=ttl)
+    deadline = time.monotonic() + 30
+    while len([e for e in sb.log() if e["status"] == 200]) < 20 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    procs[0].send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    wait_all(procs[1:])
+    assert [p.returncode for p in procs[1:]] == [0, 0, 0]
+    log = sb.log()
+    items = read_items(tmp_path, 4)
+    ids = [it["id"] for per in items for it in per]
+    assert len(ids) == len(set(ids))
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    orphans = [json.loads(o) for o in client.lrange("polite:orphans", 0, -1)]
+    client.close()
+    orphan_ids = {int(o["url"].rsplit("/", 1)[1]) for o in orphans}
+    assert orphans and {o["proc"] for o in orphans} == {orphans[0]["proc"]}
+    # Every page was scraped, or is listed as held by the killed process.
+    assert set(ids) | orphan_ids == set(range(1, pages + 1))
+    assert orphan_ids.isdisjoint({it["id"] for per in items[1:] for it in per})
+    # Its leases ran out: every exit IP carried requests again soon after the kill.
+    later = {e["ip"] for e in log if e["t_start"] > killed_at + ttl + 1.5}
+    assert later == set(sb.proxy_exit_ips)
+    assert max_inflight_per_ip(log) == 1
+    assert statuses(log).get(403, 0) == 0
+    survivors = "".join((tmp_path / f"crawl{i}.log").read_text() for i in (1, 2, 3))
+    assert "stopped renewing its leases" in survivors
+
+
+@pytest.mark.slow
+def test_host_wide_slowdown_is_shared_by_four_processes(sandbox, redis_server, tmp_path) -> None:
+    pages = 45
+    sb = sandbox(SCENARIOS["host-cap"]())  # 3 req/s for the host, whatever the exit IP
+    procs = start_fleet(sb, redis_server.url, tmp_path, 4, pages)
+    wait_all(procs)
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    log = sb.log()
+    ids = sorted(it["id"] for per in read_items(tmp_path, 4) for it in per)
+    assert ids == list(range(1, pages + 1))
+    counts = statuses(log)
+    assert counts.get(403, 0) == 0
+    assert counts.get(429, 0) <= 0.15 * len(log)
+    # The first burst of 429s slows all four processes: after its Retry-After, none of
+    # them sends faster than the host's 3 req/s (a process on its own would keep going).
+    first_429 = min(e["t_start"] for e in log if e["status"] == 429)
+    after = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3)
+    assert len(after) >= pages // 2
+    assert [e for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429] == []
+    assert (len(after) - 1) / (after[-1] - after[0]) <= 3.0 * 1.1
+
+
+@pytest_twisted.ensureDeferred
+async def test_unreachable_redis_stops_the_crawl_at_start_up(sandbox) -> None:
+    from redis_server import _free_port
+
+    from scrapy_polite.errors import PoliteConfigError
+
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    with pytest.raises(PoliteConfigError, match=r"POLITE_STATE='redis://127.0.0.1:\d+/0' is invalid: expected a reachable Redis"):
+        await crawl(CatalogueSpider, {"POLITE_PROXIES": ["http://127.0.0.1:9"], "POLITE_STATE": url})
+
+
+@pytest_twisted.ensureDeferred
+async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redis_server, caplog) -> None:
+    from twisted.internet import reactor
+    from twisted.internet.defer import ensureDeferred
+    from twisted.internet.task import deferLater
+
+    sb = sandbox(SandboxConfig(sites=[site(pages=60, per_ip_max_inflight=1)], proxies=ProxyConfig(count=8)))
+    running = ensureDeferred(crawl(
+        CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_STATE": redis_server.url,
+                          "POLITE_DELAY": (0.6, 0.8)},
+        start_url=sb.site_url("a"),
+    ))
+    await deferLater(reactor, 2.0, lambda: None)
+    redis_server.stop()  # a server restart that loses every key
+    down = time.time()
+    await deferLater(reactor, 3.0, lambda: None)
+    up = time.time()
+    redis_server.start()
+    result = await running
+    log = sb.log()
+    assert sorted(items_fetched(log)) == list(range(1, 61)) and len(result.items) == 60
+    assert any(e["t_start"] < down for e in log) and any(e["t_start"] > up for e in log)
+    # Nothing unguarded while Redis was away: no request started during the outage
+    # (a grant in flight when it went may still land in the first moments).
+    assert [e for e in log if down + 0.3 < e["t_start"] < up] == []
+    assert max_inflight_per_ip(log) == 1
+    assert min_spacing_per_ip(log, "a") >= 0.6 - 0.02
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("lost the shared state" in m for m in messages)
+    assert any("is back after" in m for m in messages)
+    assert result.stats.get("polite/state_outages", 0) >= 1
