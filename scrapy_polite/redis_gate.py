@@ -129,6 +129,9 @@ class RedisGate:
         self._tasks: list[asyncio.Future[None]] = []
         self._closed: str | None = None
         self._stopped = False
+        # Set when this gate stops talking to Redis; background loops end on it, since
+        # redis-py can turn a task's cancellation into a connection error.
+        self._halted = False
         self._down_since: float | None = None
         self._retry_in = _BACKOFF[0]
         self.outages = 0
@@ -219,11 +222,11 @@ class RedisGate:
                 await asyncio.wait_for(self._ops.join(), timeout=5)
             except asyncio.TimeoutError:
                 logger.warning("scrapy-polite: %d shared-state updates not sent at close", self._ops.qsize())
-        for task in self._tasks + list(self._pumps.values()):
-            task.cancel()
+        self._halt()
         client, self._client = self._client, None
         try:
-            for lease in list(self._leases.values()):
+            leases, self._leases = list(self._leases.values()), {}
+            for lease in leases:
                 await asyncio.wait_for(self._scripts["release"](args=self._release_args(lease)), timeout=2)
             await asyncio.wait_for(client.delete(self.keys.held(self.process_id)), timeout=2)
             await asyncio.wait_for(client.zrem(self.keys.procs, self.process_id), timeout=2)
@@ -231,6 +234,11 @@ class RedisGate:
             logger.warning("scrapy-polite: could not clear this process from the shared state: %s", exc)
         finally:
             await client.aclose()
+
+    def _halt(self) -> None:
+        self._halted = True
+        for task in self._tasks + list(self._pumps.values()):
+            task.cancel()
 
     def close(self, reason: str) -> None:
         """Fail every waiter, so the engine can close instead of hanging."""
@@ -430,7 +438,7 @@ class RedisGate:
 
     async def _pump(self, host: str, event: asyncio.Event) -> None:
         h = self._hosts[host]
-        while h.waiters and not self._closed:
+        while h.waiters and not self._closed and not self._halted:
             event.clear()
             now = self._clock()
             tries, wake = self._eligible(h, now)
@@ -441,6 +449,11 @@ class RedisGate:
                 except self._errors as exc:
                     await self._outage(exc)
                     pause = 0.0
+                    break
+                except Exception:
+                    # A bug must not strand the waiters: log it and look again shortly.
+                    logger.exception("scrapy-polite: grant attempt for %s failed", host)
+                    pause = self.poll
                     break
                 self._back()
                 if code == "granted":
@@ -661,7 +674,7 @@ class RedisGate:
 
     async def _run_ops(self) -> None:
         assert self._ops is not None
-        while True:
+        while not self._halted:
             make = await self._ops.get()
             try:
                 while True:
@@ -670,7 +683,7 @@ class RedisGate:
                         self._back()
                         break
                     except self._errors as exc:
-                        if self._stopped:
+                        if self._halted:
                             break
                         # Updates wait for Redis, in order, rather than being lost.
                         await self._outage(exc)
@@ -681,7 +694,7 @@ class RedisGate:
 
     async def _run_renewals(self) -> None:
         """Every third of the lease TTL: renew leases and heartbeat, sweep dead processes."""
-        while True:
+        while not self._halted:
             try:
                 await self._renew()
                 self._back()

@@ -1,0 +1,165 @@
+"""Two RedisGates in one process stand for two crawler processes sharing a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest_twisted
+from twisted.internet.defer import Deferred
+
+from scrapy_polite.endpoints import Endpoint
+from scrapy_polite.gate import Lease
+from scrapy_polite.redis_gate import RedisGate
+
+
+def endpoints(n: int) -> list[Endpoint]:
+    return [Endpoint(key=f"http://127.0.0.{i + 2}:8000", url=f"http://127.0.0.{i + 2}:8000",
+                     label=f"ep{i}") for i in range(n)]
+
+
+def gate(url: str, n: int = 1, namespace: str = "t", **kw) -> RedisGate:
+    opts = {"host_concurrency": 2, "endpoint_concurrency": 1, "delay": (0.0, 0.0), "backoff": (1.0, 5.0),
+            "max_failures": 3, "lease_ttl": 1.5, "poll": 0.02, **kw}
+    g = RedisGate(endpoints(n), url=url, namespace=namespace, **opts)
+    g.start()
+    return g
+
+
+def on_asyncio(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Any]:
+    """Run an asyncio test body on the reactor's event loop (the gate's own world)."""
+
+    @functools.wraps(test)
+    @pytest_twisted.ensureDeferred
+    async def wrapper(*args: Any, **kwargs: Any) -> None:
+        await Deferred.fromFuture(asyncio.ensure_future(test(*args, **kwargs)))
+
+    return wrapper
+
+
+async def granted(d: Deferred, timeout: float = 5.0) -> tuple[Lease, float]:
+    start = time.monotonic()
+    lease = await asyncio.wait_for(d.asFuture(asyncio.get_running_loop()), timeout)
+    return lease, time.monotonic() - start
+
+
+async def pending(d: Deferred, seconds: float) -> bool:
+    await asyncio.sleep(seconds)
+    return not d.called
+
+
+async def settle() -> None:
+    """Let queued shared-state updates reach Redis."""
+    await asyncio.sleep(0.1)
+
+
+async def stop(*gates: RedisGate) -> None:
+    for g in gates:
+        d = g.stop()
+        if d is not None:
+            await d.asFuture(asyncio.get_running_loop())
+
+
+@on_asyncio
+async def test_one_request_per_endpoint_across_processes(redis_server) -> None:
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    lease, _ = await granted(a.acquire("h"))
+    waiting = b.acquire("h")
+    assert await pending(waiting, 0.4)  # the only endpoint is busy in the other process
+    a.release(lease)
+    other, waited = await granted(waiting)
+    assert other.endpoint.key == lease.endpoint.key and waited < 0.5
+    b.release(other)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_spacing_cooldown_and_ban_are_shared(redis_server) -> None:
+    a, b = gate(redis_server.url, delay=(0.6, 0.6)), gate(redis_server.url, delay=(0.6, 0.6))
+    lease, _ = await granted(a.acquire("h"))
+    a.release(lease)
+    _, waited = await granted(b.acquire("h"))  # spacing drawn in a, honoured in b
+    assert waited >= 0.5
+    b.release(_)
+    a.cool_endpoint(lease.endpoint.key, "h", 1.0)
+    await settle()
+    _, waited = await granted(b.acquire("h"))
+    assert waited >= 0.8
+    b.release(_)
+    a.ban_endpoint(lease.endpoint.key, "h", 30.0)
+    await settle()
+    banned = b.acquire("h")
+    assert await pending(banned, 0.8)
+    other_host, _ = await granted(b.acquire("other"))  # a ban is for one host only
+    b.release(other_host)
+    banned.cancel()
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_host_limit_and_pause_are_shared(redis_server) -> None:
+    a, b = gate(redis_server.url, n=3), gate(redis_server.url, n=3)
+    a.set_host_limit("h", 1)
+    await settle()
+    lease, _ = await granted(a.acquire("h"))
+    waiting = b.acquire("h")
+    assert await pending(waiting, 0.4)
+    assert b.host("h").limit == 1  # the throttle's view in b follows the shared value
+    a.release(lease)
+    lease_b, _ = await granted(waiting)
+    b.release(lease_b)
+    a.pause_host("h", 1.0)
+    await settle()
+    _, waited = await granted(b.acquire("h"))
+    assert waited >= 0.8
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_session_keeps_its_endpoint_in_every_process(redis_server) -> None:
+    a, b = gate(redis_server.url, n=4, host_concurrency=4), gate(redis_server.url, n=4, host_concurrency=4)
+    first, _ = await granted(a.acquire("h", session="user1"))
+    busy = b.acquire("h", session="user1")
+    assert await pending(busy, 0.3)  # one step at a time, fleet-wide
+    a.release(first)
+    second, _ = await granted(busy)
+    assert second.endpoint.key == first.endpoint.key
+    b.release(second)
+    others = [await granted(a.acquire("h", session=f"user{i}")) for i in (2, 3, 4)]
+    assert len({lease.endpoint.key for lease, _ in others} | {first.endpoint.key}) == 4  # spread
+    for lease, _ in others:
+        a.release(lease)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_crashed_process_frees_its_endpoint_after_the_lease_ttl(redis_server) -> None:
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    await granted(a.acquire("h", tag="http://h/1"))
+    a._halt()  # a dies: no renewal, no release
+    _, waited = await granted(b.acquire("h"), timeout=10)
+    assert 1.0 <= waited <= 3.0
+    await asyncio.sleep(1.5)  # a's heartbeat runs out too; b's next sweep lists what it held
+    await b._renew()
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    orphans = [json.loads(o) for o in client.lrange("t:orphans", 0, -1)]
+    assert [o["url"] for o in orphans] == ["http://h/1"] and orphans[0]["proc"] == a.process_id
+    client.close()
+    await stop(b)
+
+
+@on_asyncio
+async def test_namespaces_do_not_share(redis_server) -> None:
+    a, b = gate(redis_server.url, namespace="one"), gate(redis_server.url, namespace="two")
+    lease, _ = await granted(a.acquire("h"))
+    other, waited = await granted(b.acquire("h"))
+    assert waited < 0.3
+    a.release(lease)
+    b.release(other)
+    await stop(a, b)
