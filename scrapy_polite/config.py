@@ -285,7 +285,10 @@ class _Reader:
             isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
         ):
             return value
-        raise PoliteConfigError(name, value, "'memory' or a Redis URL (redis://host:port/db)")
+        from .redis_state import mask_url
+
+        shown = mask_url(value) if isinstance(value, str) else value
+        raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
         value = self.raw(name)

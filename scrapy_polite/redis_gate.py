@@ -41,7 +41,7 @@ from . import redis_scripts
 from .endpoints import Endpoint
 from .errors import NoUsableEndpoints, SessionEndpointLost
 from .gate import EndpointState, HostState, Lease, SessionState
-from .redis_state import Keys, async_client, endpoint_id, import_redis
+from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,7 @@ class RedisGate:
         self._redis = import_redis()
         self._errors: tuple[type[BaseException], ...] = (self._redis.RedisError, OSError)
         self.url = url
+        self.label = mask_url(url)
         self.keys = Keys(namespace)
         self.host_concurrency = host_concurrency
         self.endpoint_concurrency = endpoint_concurrency
@@ -725,7 +726,7 @@ class RedisGate:
             self.outages += 1
             logger.warning(
                 "scrapy-polite: lost the shared state at %s (%s); %d request(s) wait, none is sent "
-                "until it is back", self.url, exc, self.waiting(),
+                "until it is back", self.label, exc, self.waiting(),
             )
         await asyncio.sleep(self._retry_in)
         self._retry_in = min(_BACKOFF[1], self._retry_in * 2)
@@ -733,7 +734,7 @@ class RedisGate:
     def _back(self) -> None:
         if self._down_since is not None:
             logger.warning(
-                "scrapy-polite: shared state at %s is back after %.1f s", self.url,
+                "scrapy-polite: shared state at %s is back after %.1f s", self.label,
                 self._clock() - self._down_since,
             )
             self._down_since = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from typing import Any
+from urllib.parse import urlsplit
 
 from .errors import PoliteConfigError
 
@@ -28,6 +29,16 @@ def import_redis() -> Any:
     return redis
 
 
+def mask_url(url: str) -> str:
+    """A Redis URL without its password, for logs and errors."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return parts._replace(netloc=user + netloc).geturl()
+
+
 def check_reachable(url: str, timeout: float = 3.0) -> None:
     """Ping Redis once, synchronously, so a wrong URL stops the crawl at start-up."""
     redis = import_redis()
@@ -35,7 +46,7 @@ def check_reachable(url: str, timeout: float = 3.0) -> None:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise PoliteConfigError("POLITE_STATE", url, f"a reachable Redis server ({exc})") from None
+        raise PoliteConfigError("POLITE_STATE", mask_url(url), f"a reachable Redis server ({exc})") from None
     finally:
         client.close()
 

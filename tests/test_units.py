@@ -54,6 +54,8 @@ def test_defaults() -> None:
         ("POLITE_HOST_CONCURRENCY_MAX", 1, ">= POLITE_HOST_CONCURRENCY"),
         ("POLITE_RATE_LIMIT_CODES", [999], "<= 599"),
         ("POLITE_PROXIES_FILE", "/nonexistent/proxies.txt", "a readable file"),
+        ("POLITE_STATE", "postgres://db/1", "'memory' or a Redis URL"),
+        ("POLITE_STATE_LEASE_TTL", 0.5, ">= 1.0"),
     ],
 )
 def test_bad_settings_name_setting_value_and_expectation(name: str, value: object, fragment: str) -> None:
@@ -70,6 +72,11 @@ def test_credentials_never_in_errors_or_labels() -> None:
         config(POLITE_PROXIES=["http://user:secret@127.0.0.1:8000/x"])
     assert "secret" not in str(info.value)
     assert mask_proxy_url("https://user:secret@proxy.example:3128") == "https://proxy.example:3128"
+    from scrapy_polite.runtime import _build_gate
+
+    with pytest.raises(PoliteConfigError) as info:  # unreachable: nothing listens on port 9
+        _build_gate(config(POLITE_STATE="redis://:secret@127.0.0.1:9/0"))
+    assert "secret" not in str(info.value) and "reachable Redis" in str(info.value)
 
 
 def test_string_settings_from_command_line() -> None:
