@@ -650,6 +650,16 @@ class RedisGate:
             for w in list(s.queue):
                 self._fail(w, SessionEndpointLost(s.lost))  # type: ignore[arg-type]
 
+    def publish_stats(self, snap: dict[str, Any]) -> None:
+        """Queue this process's stats snapshot, sent in order with the other updates."""
+        from .fleet import publish_commands
+
+        async def send() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            await publish_commands(pipe, self.keys, self.process_id, snap).execute()
+
+        self._op(send)
+
     # -- background: ordered updates, renewals, outages --------------------
 
     def _op(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:

@@ -175,6 +175,7 @@ class PoliteStats:
         self._jsonl_size = 0
         self._jsonl_path = self.config.stats_jsonl
         self._loop: Any = None
+        self._publish_loop: Any = None
         self._prom: Any = None
         rt.stats = self
         crawler.signals.connect(self.record, signal=polite_signals.outcome_recorded)
@@ -392,6 +393,13 @@ class PoliteStats:
 
             self._loop = task.LoopingCall(self._log)
             self._loop.start(self.config.log_interval, now=False)
+        if self._shared:
+            from twisted.internet import task
+
+            from .fleet import PUBLISH_INTERVAL
+
+            self._publish_loop = task.LoopingCall(self._publish)
+            self._publish_loop.start(PUBLISH_INTERVAL, now=False)
         if self.config.prometheus_port is not None:
             from .prometheus import PrometheusExporter
 
@@ -410,6 +418,16 @@ class PoliteStats:
             for st in list(self.runtime.gate.endpoints.values()):
                 if not st.removed:
                     self._start_probe(st.endpoint)
+
+    @property
+    def _shared(self) -> bool:
+        """Whether the gate is shared with other processes, so the fleet can see these stats."""
+        return hasattr(self.runtime.gate, "publish_stats")
+
+    def _publish(self, finished: bool = False) -> None:
+        from .fleet import snapshot
+
+        self.runtime.gate.publish_stats(snapshot(self, finished))
 
     @property
     def prometheus_url(self) -> str | None:
@@ -431,8 +449,11 @@ class PoliteStats:
 
     def _closed(self, spider: Any, reason: str) -> Any:
         s = self.summary()
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
+        for loop in (self._loop, self._publish_loop):
+            if loop is not None and loop.running:
+                loop.stop()
+        if self._shared:
+            self._publish(finished=True)  # before the middleware stops the gate
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import pytest
 import pytest_twisted
@@ -118,6 +118,13 @@ def read_items(workdir, n: int) -> list[list[dict]]:
     return out
 
 
+def read_fleet(redis_url: str, namespace: str) -> dict:
+    """The merged fleet summary, as ``python -m scrapy_polite fleet --json`` prints it."""
+    out = subprocess.run([sys.executable, "-m", "scrapy_polite", "fleet", redis_url, "--namespace", namespace,
+                          "--json"], capture_output=True, text=True, timeout=30, check=True).stdout
+    return json.loads(out)
+
+
 def ok_rate(log, site: str = "a") -> float:
     """Successful pages per second over the span the site saw them."""
     ok = sorted(e["t_end"] for e in log if e["site"] == site and e["status"] == 200)
@@ -149,6 +156,26 @@ def test_four_processes_share_one_request_per_endpoint(sandbox, redis_server, tm
     # The target sets the pace, not the number of processes: four processes do at least
     # as well as one, and never more than the 8 exit IPs' spacing allows.
     assert 0.75 * one_rate <= ok_rate(log) <= len(fleet.proxy_exit_ips) / FLEET_DELAY[0] * 1.05
+
+    # Fleet-wide stats: every process published its counts and histograms, and the
+    # merged summary agrees with what the site saw.
+    fleet_stats = read_fleet(redis_server.url, "four")
+    assert fleet_stats["processes"] == 4 and fleet_stats["running"] == 0
+    assert all(p["finished"] for p in fleet_stats["per_process"].values())
+    site_statuses = statuses(log)
+    assert fleet_stats["success"] == site_statuses[200] == sum(
+        p["success"] for p in fleet_stats["per_process"].values())
+    assert fleet_stats["rate_limited"] == site_statuses.get(429, 0)
+    assert fleet_stats["requests_per_exit_ip"] == dict(Counter(e["ip"] for e in log))
+    (host,) = fleet_stats["hosts"]
+    assert fleet_stats["hosts"][host]["statuses"] == {str(k): v for k, v in site_statuses.items()}
+    site_p50 = sorted(e["t_end"] - e["t_start"] for e in log)[len(log) // 2]
+    assert site_p50 <= fleet_stats["latency_p50"] <= fleet_stats["latency_p95"] < 5.0
+    # The fleet's rate spans all four processes; it is close to what the site measured.
+    assert fleet_stats["pages_per_min"] == pytest.approx(ok_rate(log) * 60, rel=0.35)
+    text = subprocess.run([sys.executable, "-m", "scrapy_polite", "fleet", redis_server.url, "--namespace",
+                           "four"], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "4 process(es), 0 running" in text and f"{site_statuses[200]} successful pages" in text
 
 
 @pytest.mark.slow

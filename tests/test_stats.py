@@ -554,3 +554,31 @@ def test_report_data_is_bounded_in_time_buckets() -> None:
     width, points = data.series()
     assert len(points) <= 120 and sum(ok * (width / 60) for _, ok, _ in points) == pytest.approx(50_000, rel=0.01)
     assert math.isclose(data.pages_per_min(), 50_000 * 60 / 49_999)
+
+
+def test_fleet_merge_equals_one_process_that_saw_everything(tmp_path: Path) -> None:
+    """Two processes' snapshots, merged, say what one process seeing every outcome says."""
+    from scrapy_polite.fleet import merge, snapshot
+
+    parts = [make_stats(tmp_path), make_stats(tmp_path)]
+    whole = make_stats(tmp_path)
+    for o in synthetic(3000):
+        # Fast answers went through one process, slow ones through the other: only an
+        # exact merge of the histograms gives the percentiles of the whole.
+        parts[o.latency > 0.3].record(o)
+        whole.record(o)
+    snaps = [json.loads(json.dumps(snapshot(p, finished=True))) for p in parts]  # as stored in Redis
+    merged = merge(snaps)
+    expected = whole.summary()
+    keys = ("attempts", "success", "rate_limited", "bans", "exceptions", "exit_ips", "requests_per_exit_ip",
+            "latency_p50", "latency_p95", "latency_p99", "wait_p50", "wait_p95", "wait_p99")
+    assert {k: merged[k] for k in keys} == {k: expected[k] for k in keys}
+    assert merged["processes"] == 2 and merged["running"] == 0
+    for host, h in expected["hosts"].items():
+        m = merged["hosts"][host]
+        for k in ("attempts", "success", "rate_limited", "statuses", "exit_ips", "latency_p50", "latency_p95"):
+            assert m[k] == h[k], (host, k)
+    assert {ep: e["statuses"] for ep, e in merged["endpoints"].items()} == {
+        ep: e["statuses"] for ep, e in expected["endpoints"].items()}
+    assert merged["success_rate"] == expected["success_rate"]
+    assert "successful pages of 3000 attempts" in format_summary(merged)
