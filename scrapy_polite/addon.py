@@ -13,6 +13,7 @@ MIDDLEWARE = "scrapy_polite.middleware.PoliteProxyMiddleware"
 THROTTLE = "scrapy_polite.throttle.HostThrottle"
 STATS = "scrapy_polite.stats.PoliteStats"
 QUEUE = "scrapy_polite.queue.PolitePriorityQueue"
+TRIAL_GUARD = "scrapy_polite.trial.TrialGuard"
 #: Just before CookiesMiddleware (700), SplashMiddleware (725), HttpProxyMiddleware (750).
 MIDDLEWARE_PRIORITY = 650
 
@@ -31,6 +32,11 @@ class Addon:
         settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(MIDDLEWARE), MIDDLEWARE_PRIORITY)
         settings.set_in_component_priority_dict("EXTENSIONS", _load(THROTTLE), 500)
         settings.set_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
+        if settings.get("POLITE_TUNE_TRIAL_FILE"):
+            # A trial crawl of `scrapy polite-tune`: its request allowance, counted before the gate.
+            from .trial import PRIORITY
+
+            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(TRIAL_GUARD), PRIORITY)
         if settings.get("SCHEDULER_PRIORITY_QUEUE") == "scrapy.pqueues.DownloaderAwarePriorityQueue":
             settings.set("SCHEDULER_PRIORITY_QUEUE", QUEUE, "addon")
         from .config import DEFAULTS

@@ -1,0 +1,1 @@
+"""Scrapy commands scrapy-polite adds (registered under the ``scrapy.commands`` entry point)."""

@@ -1,0 +1,415 @@
+"""``scrapy polite-tune <spider>``: find POLITE_DELAY and POLITE_HOST_CONCURRENCY for a site.
+
+The search itself (what to try next, what to recommend) is in
+:mod:`scrapy_polite.tuning`; the crawl side of a trial (its request
+allowance, its stop on the first ban, its result file) is in
+:mod:`scrapy_polite.trial`. This module is the command around them: options,
+checks of the project, running the trials and printing the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+from scrapy.utils.conf import arglist_to_dict
+
+from ..errors import PoliteConfigError
+from ..trial import FILE_SETTING, REQUESTS_SETTING
+from ..tuning import HEADER, Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
+
+#: Settings each trial sets itself; giving them with -s would be silently overridden.
+TUNED = (
+    "POLITE_HOST_CONCURRENCY",
+    "POLITE_HOST_CONCURRENCY_MAX",
+    "POLITE_DELAY",
+    "POLITE_ADAPTIVE",
+    FILE_SETTING,
+    REQUESTS_SETTING,
+)
+#: A trial still running this long after --trial-seconds is killed.
+KILL_AFTER = 60.0
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    # Trials run in child processes: this process needs no reactor (Scrapy >= 2.14 honours it).
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[options] <spider>"
+
+    def short_desc(self) -> str:
+        return "Find POLITE_DELAY and POLITE_HOST_CONCURRENCY for a site with short, bounded trial crawls"
+
+    def long_desc(self) -> str:
+        return (
+            "Run short trial crawls of <spider> against its real target, changing one variable at a "
+            "time: POLITE_DELAY down (or up while there are too many 429s), then "
+            "POLITE_HOST_CONCURRENCY up, from host concurrency 2, one request per endpoint and "
+            "0.8-1.6 s of delay. Each trial is a `scrapy crawl` with your settings plus the trial's. "
+            "Prints successful pages/min, 429 rate and P95 of every trial, then the recommended "
+            "settings.py lines. Stops at the first 403 (ban) and never sends more than --budget "
+            "requests in all. Trials run without item pipelines and feed exports."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
+                            help="spider argument, passed to every trial (may be repeated)")
+        group = parser.add_argument_group(title="Tuning")
+        group.add_argument("--budget", metavar="N", default="600",
+                           help="most requests sent to the site, all trials together (default: 600)")
+        group.add_argument("--trial-requests", metavar="N", default="100",
+                           help="most requests per trial (default: 100)")
+        group.add_argument("--trial-seconds", metavar="S", default="60",
+                           help="longest trial, in seconds (default: 60)")
+        group.add_argument("--max-429-rate", metavar="R", default="5%",
+                           help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default: 5%%)")
+        group.add_argument("--min-gain", metavar="R", default="5%",
+                           help="how much faster a trial must be to replace the best one (default: 5%%)")
+        group.add_argument("--start-concurrency", metavar="N", default="2",
+                           help="POLITE_HOST_CONCURRENCY of the first trial (default: 2)")
+        group.add_argument("--start-delay", metavar="MIN,MAX", default="0.8,1.6",
+                           help="POLITE_DELAY of the first trial (default: 0.8,1.6)")
+        group.add_argument("--max-concurrency", metavar="N", default=None,
+                           help="highest POLITE_HOST_CONCURRENCY to try (default: endpoints x "
+                                "POLITE_ENDPOINT_CONCURRENCY, at most CONCURRENT_REQUESTS)")
+        group.add_argument("--logs", metavar="DIR", default=None,
+                           help="keep each trial's log, stats JSONL and result in DIR")
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        try:
+            arglist_to_dict(opts.spargs)
+        except ValueError:
+            raise UsageError("Invalid -a value, use -a NAME=VALUE", print_help=False) from None
+        clashing = sorted({s.split("=", 1)[0] for s in opts.set} & set(TUNED))
+        if clashing:
+            raise UsageError(
+                f"{', '.join(clashing)} is set by each trial; use --start-delay / --start-concurrency "
+                "to choose where the search starts", print_help=False,
+            )
+        opts.budget = _int_option("--budget", opts.budget, 1)
+        opts.trial_requests = _int_option("--trial-requests", opts.trial_requests, 10)
+        opts.trial_seconds = _float_option("--trial-seconds", opts.trial_seconds, 5.0)
+        opts.max_429_rate = _rate_option("--max-429-rate", opts.max_429_rate)
+        opts.min_gain = _rate_option("--min-gain", opts.min_gain)
+        opts.start_concurrency = _int_option("--start-concurrency", opts.start_concurrency, 1)
+        opts.start_delay = _delay_option("--start-delay", opts.start_delay)
+        if opts.max_concurrency is not None:
+            opts.max_concurrency = _int_option("--max-concurrency", opts.max_concurrency, 1)
+            if opts.max_concurrency < opts.start_concurrency:
+                raise UsageError(
+                    f"--max-concurrency {opts.max_concurrency} is below --start-concurrency "
+                    f"{opts.start_concurrency}", print_help=False,
+                )
+        if opts.budget < opts.trial_requests:
+            raise UsageError(
+                f"--budget {opts.budget} is smaller than one trial (--trial-requests {opts.trial_requests}); "
+                "give a budget of several trials", print_help=False,
+            )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy.utils.project import inside_project
+
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name" if args else "", print_help=not args)
+        if not inside_project():
+            raise UsageError("run it inside a Scrapy project (a directory with scrapy.cfg)", print_help=False)
+        spider = args[0]
+        assert self.settings is not None
+        endpoints, endpoint_concurrency = _check_project(self.settings, spider)
+        max_concurrency = opts.max_concurrency or max(
+            opts.start_concurrency,
+            min(endpoints * endpoint_concurrency, self.settings.getint("CONCURRENT_REQUESTS", 16)),
+        )
+        tuner = Tuner(
+            TrialSettings(opts.start_concurrency, opts.start_delay),
+            budget=opts.budget,
+            trial_requests=opts.trial_requests,
+            max_429_rate=opts.max_429_rate,
+            min_gain=opts.min_gain,
+            max_concurrency=max_concurrency,
+        )
+        out = _Printer()
+        out(
+            f"scrapy-polite tune: spider {spider!r}, {endpoints} endpoint(s), "
+            f"{endpoint_concurrency} request(s) per endpoint"
+        )
+        out(
+            f"budget {opts.budget} requests; trials of at most {opts.trial_requests} requests or "
+            f"{opts.trial_seconds:g} s; acceptable: no 403, 429 rate <= {opts.max_429_rate * 100:g}%"
+        )
+        out("")
+        with tempfile.TemporaryDirectory(prefix="polite-tune-") as tmp:
+            workdir = Path(opts.logs) if opts.logs else Path(tmp)
+            workdir.mkdir(parents=True, exist_ok=True)
+            runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir)
+            self.exitcode = _search(tuner, runner, out)
+        if opts.logs:
+            out(f"Trial logs, stats JSONL and results: {workdir}")
+        best = tuner.recommendation()
+        if best is not None and best.result is not None:
+            r = best.result
+            out("")
+            out(
+                f"Recommended settings.py lines (trial {best.index}: {r.pages_per_min:.1f} successful "
+                f"pages/min, 429 rate {r.rate_429 * 100:.1f}%"
+                + (f", P95 {r.p95:.3f}s" if r.p95 is not None else "") + "):"
+            )
+            out("")
+            for line in settings_lines(best.settings, endpoint_concurrency):
+                out(line)
+        else:
+            out("")
+            out(
+                "No trial met the limits (no 403, 429 rate <= "
+                f"{opts.max_429_rate * 100:g}%, some successful pages): no recommendation."
+            )
+            self.exitcode = 1
+
+
+def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:
+    """Run trials until the tuner stops; print a row per trial. Returns the exit code."""
+    out(HEADER)
+    cooldown_until = 0.0
+    interrupted = False
+    while True:
+        trial = tuner.next_trial()
+        if trial is None:
+            break
+        wait = cooldown_until - time.time()
+        if wait > 0:
+            # Retry-After windows of the last trial still open: a new process knows nothing of them.
+            time.sleep(wait)
+        try:
+            result, cooldown_until = runner.run(trial)
+        except KeyboardInterrupt:
+            interrupted = True
+            result = runner.last_result or TrialResult(sent=None, error="interrupted")
+            result.error = result.error or "interrupted"
+        tuner.record(trial, result)
+        out(format_row(trial))
+        if result.error is not None and runner.last_log is not None:
+            out(_tail(runner.last_log))
+        if interrupted:
+            break
+    out("")
+    out(f"Used {tuner.used} of {tuner.budget} requests in {len(tuner.trials)} trial(s). Stopped: {tuner.stopped}.")
+    return 130 if interrupted else (1 if any(t.result and t.result.error for t in tuner.trials) else 0)
+
+
+class TrialRunner:
+    """Runs one trial as a child ``scrapy crawl`` process and reads its result file.
+
+    Why a child process per trial, not ``CrawlerProcess`` in this one: a
+    Twisted reactor cannot be restarted, so sequential crawls in one process
+    need ``CrawlerRunner`` chains on one reactor, and the asyncio reactor,
+    the add-on's start-up checks and module-level state of the user's
+    project (spiders, middlewares, extensions) would then be shared from one
+    trial to the next. A child starts fresh every time, is exactly the crawl
+    the user runs (``scrapy crawl`` with the project's settings, their
+    ``-s`` and ``-a``, plus the trial's), works in any project and with any
+    reactor setting, and can be killed if it hangs without taking the
+    command down with it. The cost is Scrapy's start-up time per trial,
+    which is not counted in the trial's pages/min.
+    """
+
+    def __init__(
+        self, spider: str, spargs: list[str], user_settings: list[str], trial_seconds: float, workdir: Path
+    ) -> None:
+        self.spider = spider
+        self.spargs = list(spargs)
+        self.user_settings = list(user_settings)
+        self.trial_seconds = trial_seconds
+        self.workdir = workdir
+        self.last_log: Path | None = None
+        self.last_result: TrialResult | None = None
+
+    def command(self, trial: Trial) -> list[str]:
+        n = trial.index
+        overrides: dict[str, str] = {
+            **trial.settings.settings(),
+            "POLITE_ADAPTIVE": "False",
+            FILE_SETTING: str(self.workdir / f"trial-{n}.json"),
+            REQUESTS_SETTING: str(trial.allowance),
+            "CLOSESPIDER_TIMEOUT": f"{self.trial_seconds:g}",
+            "POLITE_STATS_JSONL": str(self.workdir / f"trial-{n}.jsonl"),
+            # A trial measures the site: no cache in front of it, no state carried over between trials,
+            # nothing stored. The log goes to stderr, which is kept in trial-N.log.
+            "HTTPCACHE_ENABLED": "False",
+            "JOBDIR": "",
+            "FEEDS": "{}",
+            "ITEM_PIPELINES": "{}",
+            "LOG_FILE": "",
+        }
+        cmd = [sys.executable, "-m", "scrapy", "crawl", self.spider]
+        for arg in self.spargs:
+            cmd += ["-a", arg]
+        for setting in self.user_settings:
+            cmd += ["-s", setting]
+        for name, value in overrides.items():
+            cmd += ["-s", f"{name}={value}"]
+        return cmd
+
+    def run(self, trial: Trial) -> tuple[TrialResult, float]:
+        """The trial's result and when its last Retry-After window closes (wall time)."""
+        n = trial.index
+        result_path = self.workdir / f"trial-{n}.json"
+        log_path = self.workdir / f"trial-{n}.log"
+        result_path.unlink(missing_ok=True)
+        self.last_log = log_path
+        self.last_result = None
+        error: str | None = None
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(self.command(trial), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+            try:
+                rc = proc.wait(timeout=self.trial_seconds + KILL_AFTER)
+            except subprocess.TimeoutExpired:
+                error = f"still running {self.trial_seconds + KILL_AFTER:g} s after it started; killed"
+                _stop(proc)
+                rc = proc.returncode
+            except KeyboardInterrupt:
+                # The child got the same Ctrl-C: let it write its result.
+                try:
+                    proc.wait(timeout=30)
+                except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                    _stop(proc)
+                self.last_result = _read_result(result_path)[0]
+                raise
+        result, cooldown_until = _read_result(result_path)
+        if result is None:
+            result = TrialResult(sent=None, error=error or f"no result (exit code {rc}), see {log_path.name}")
+        elif error is not None:
+            result.error = error
+        return result, cooldown_until
+
+
+def _read_result(path: Path) -> tuple[TrialResult | None, float]:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return TrialResult.from_trial_file(data), float(data.get("cooldown_until") or 0.0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, 0.0
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join("    | " + line for line in text)
+
+
+def _check_project(settings: Any, spider: str) -> tuple[int, int]:
+    """Fail early, with a clear message, on what would make every trial fail.
+
+    Returns the number of endpoints and POLITE_ENDPOINT_CONCURRENCY.
+    """
+    from scrapy.utils.misc import load_object
+
+    from ..addon import Addon
+    from ..config import PoliteConfig
+
+    loader = load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
+    if spider not in loader.list():
+        raise UsageError(f"Spider not found: {spider}", print_help=False)
+    addons = settings.getdict("ADDONS")
+    enabled = False
+    for key, priority in addons.items():
+        try:
+            obj = load_object(key) if isinstance(key, str) else key
+        except (ImportError, NameError, ValueError):
+            continue
+        if isinstance(obj, type) and issubclass(obj, Addon) and priority is not None:
+            enabled = True
+    if not enabled:
+        raise UsageError(
+            "the project does not enable scrapy-polite: add ADDONS = {'scrapy_polite.Addon': 500} "
+            "to its settings", print_help=False,
+        )
+    try:
+        config = PoliteConfig.from_settings(settings)
+    except PoliteConfigError as exc:
+        raise UsageError(str(exc), print_help=False) from None
+    if not config.enabled:
+        raise UsageError("POLITE_ENABLED is False: there is nothing to tune", print_help=False)
+    return len(config.endpoints), config.endpoint_concurrency
+
+
+def _int_option(name: str, value: Any, minimum: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}", print_help=False) from None
+    if number < minimum:
+        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}", print_help=False)
+    return number
+
+
+def _float_option(name: str, value: Any, minimum: float) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = float("nan")
+    if not number >= minimum or number == float("inf"):
+        raise UsageError(f"{name} must be a number of seconds >= {minimum:g}, got {value!r}", print_help=False)
+    return number
+
+
+def _rate_option(name: str, value: Any) -> float:
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0 <= number < 1:
+        raise UsageError(f"{name} must be a share between 0 and 1 (or 0% to 99%), got {value!r}", print_help=False)
+    return number
+
+
+def _delay_option(name: str, value: Any) -> tuple[float, float]:
+    from scrapy.settings import BaseSettings
+
+    from ..config import _Reader
+
+    raw: Any = str(value).strip()
+    try:
+        raw = float(raw)  # one number d means (2d/3, 4d/3), as in POLITE_DELAY
+    except ValueError:
+        pass
+    try:
+        low, high = _Reader(BaseSettings({"POLITE_DELAY": raw})).range("POLITE_DELAY", positive=True)
+    except PoliteConfigError:
+        raise UsageError(
+            f"{name} must be MIN,MAX seconds with 0 < MIN <= MAX (or one number), got {value!r}",
+            print_help=False,
+        ) from None
+    return (round(low, 2), round(high, 2))
+
+
+class _Printer:
+    """Prints to stdout at once, so the table grows while trials run."""
+
+    def __call__(self, line: str) -> None:
+        print(line, flush=True)

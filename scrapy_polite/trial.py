@@ -1,0 +1,200 @@
+"""The crawl side of a ``scrapy polite-tune`` trial: a hard request allowance and a stop on bans.
+
+``scrapy polite-tune`` runs each trial as ``scrapy crawl`` with
+``-s POLITE_TUNE_TRIAL_FILE=<path>`` and ``-s POLITE_TUNE_TRIAL_REQUESTS=<n>``.
+When the first is set, the add-on enables :class:`TrialGuard`, a
+downloader middleware placed before the polite middleware (600 < 650):
+
+- every request that reaches it counts; past the allowance it raises
+  ``IgnoreRequest``, before any endpoint is leased. Re-queued requests
+  (after a 429, a ban, a proxy failure), redirects, retries, robots.txt and
+  exit-IP probes all pass through it again, so nothing reaches the site
+  uncounted. Once the allowance is spent, the spider closes as soon as the
+  admitted requests have been sent (or after a short grace);
+- the first ban answer, classified as the package's stats classify it
+  (a status in ``POLITE_BAN_CODES``, not a rate signal, not from the
+  proxy), stops the trial at once: no further request is admitted, the
+  requests waiting at the gate are dropped, and the spider closes;
+- at the end it writes a JSON result: what was admitted and sent, and the
+  package's own numbers (:meth:`scrapy_polite.stats.PoliteStats.summary`).
+
+These two settings are for trial crawls only; nothing else sets them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+
+from . import signals as polite_signals
+from .runtime import get_runtime
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from .outcome import Outcome
+
+logger = logging.getLogger(__name__)
+
+FILE_SETTING = "POLITE_TUNE_TRIAL_FILE"
+REQUESTS_SETTING = "POLITE_TUNE_TRIAL_REQUESTS"
+#: Before the polite middleware (650): nothing over the allowance is leased an endpoint.
+PRIORITY = 600
+#: Finish reasons of a trial stopped by the guard.
+REASON_BUDGET = "polite_tune_allowance"
+REASON_BLOCKED = "polite_tune_blocked"
+#: Outcomes of requests dropped at the gate, never sent.
+_NOT_SENT = frozenset({"NoUsableEndpoints", "SessionEndpointLost"})
+
+
+class TrialGuard:
+    """Caps a trial crawl at its request allowance and stops it at the first ban."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        path = settings.get(FILE_SETTING)
+        if not path:
+            raise NotConfigured(f"{FILE_SETTING} is not set")
+        allowance = settings.getint(REQUESTS_SETTING, 0)
+        if allowance < 1:
+            # Without an allowance nothing may be sent: a trial is always bounded.
+            logger.error("scrapy-polite tune: %s=%r; no request will be sent", REQUESTS_SETTING, allowance)
+            allowance = 0
+        self.crawler = crawler
+        self.path = str(path)
+        self.allowance = allowance
+        self.admitted = 0
+        self.sent = 0
+        self.stop_reason: str | None = None
+        self.spent_at: float | None = None
+        self.first_ban: dict[str, Any] | None = None
+        self.last_answer: float | None = None
+        self.attempts = 0
+        self.statuses: Counter[str] = Counter()
+        self.cooldown_until = 0.0
+        self._closing = False
+        self._loop: Any = None
+        self._opened_at = time.time()
+        rt = get_runtime(crawler)
+        self.runtime = rt
+        self.ban_codes = rt.config.ban_codes
+        # Requests admitted but still waiting at the gate get this long to be sent.
+        self.grace = max(5.0, 2 * rt.config.delay[1])
+        crawler.signals.connect(self._outcome, signal=polite_signals.outcome_recorded)
+        crawler.signals.connect(self._rate_limited, signal=polite_signals.request_rate_limited)
+        crawler.signals.connect(self._reached, signal=signals.request_reached_downloader)
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> TrialGuard:
+        return cls(crawler)
+
+    # -- the allowance --------------------------------------------------------
+
+    def process_request(self, request: Request, spider: Any = None) -> None:
+        if self.stop_reason is not None or self.admitted >= self.allowance:
+            raise IgnoreRequest(f"polite-tune trial: {self.stop_reason or 'allowance spent'}")
+        self.admitted += 1
+        if self.admitted >= self.allowance:
+            self.spent_at = time.monotonic()
+            self.stop_reason = "allowance spent"
+        return None
+
+    def _reached(self, request: Request, spider: Any = None) -> None:
+        self.sent += 1
+
+    def _rate_limited(self, request: Any = None, host: str = "", endpoint: str = "", delay: float = 0.0) -> None:
+        self.cooldown_until = max(self.cooldown_until, time.time() + delay)
+
+    def _outcome(self, outcome: Outcome) -> None:
+        if outcome.exception in _NOT_SENT:
+            return
+        self.attempts += 1
+        self.last_answer = outcome.time
+        self.statuses[str(outcome.status) if outcome.status is not None else outcome.exception or "?"] += 1
+        ban = outcome.status in self.ban_codes and not outcome.proxy_side and not outcome.rate_limited
+        if ban and self.first_ban is None:
+            self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
+                              "time": outcome.time}
+            self.stop_reason = "blocked"
+            logger.warning(
+                "scrapy-polite tune: %s answered %s via %s; stopping this trial (first sign of blocking)",
+                outcome.host, outcome.status, outcome.endpoint,
+            )
+            # Requests already waiting at the gate are not sent either.
+            self.runtime.gate.close("polite-tune: blocked")
+            self._close(REASON_BLOCKED)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def _opened(self, spider: Any) -> None:
+        self._opened_at = time.time()
+        from twisted.internet import task
+
+        self._loop = task.LoopingCall(self._check)
+        self._loop.start(0.1, now=False)
+
+    def _check(self) -> None:
+        if self._closing or self.spent_at is None or self.stop_reason != "allowance spent":
+            return
+        if self.sent >= self.admitted or time.monotonic() - self.spent_at >= self.grace:
+            self._close(REASON_BUDGET)
+
+    def _close(self, reason: str) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        engine = self.crawler.engine
+        if engine is None:
+            return
+        if hasattr(engine, "close_spider_async"):
+            from scrapy.utils.defer import deferred_from_coro
+
+            deferred_from_coro(engine.close_spider_async(reason=reason))
+        else:  # Scrapy < 2.14
+            engine.close_spider(self.crawler.spider, reason)
+
+    def _closed(self, spider: Any, reason: str) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+        stats = self.runtime.stats
+        summary = stats.summary() if stats is not None else {}
+        started = getattr(stats, "started", self._opened_at)
+        # Successful pages/min from the spider's start to its last answer: the
+        # wind-down after the allowance is spent is not part of the measure.
+        end = self.last_answer if self.last_answer is not None else time.time()
+        keep = ("success", "rate_limited", "bans", "gave_up", "exceptions", "latency_p50",
+                "latency_p95", "latency_p99", "pages_per_min", "elapsed", "exit_ips")
+        cfg = self.runtime.config
+        result = {
+            "finish_reason": reason,
+            "stopped": self.stop_reason,
+            "allowance": self.allowance,
+            "admitted": self.admitted,
+            "sent": self.sent,
+            "attempts": self.attempts,
+            "statuses": dict(self.statuses),
+            "seconds": max(0.0, end - started),
+            "first_ban": self.first_ban,
+            "cooldown_until": self.cooldown_until,
+            "settings": {
+                "host_concurrency": cfg.host_concurrency,
+                "endpoint_concurrency": cfg.endpoint_concurrency,
+                "delay": list(cfg.delay),
+                "endpoints": len(cfg.endpoints),
+            },
+            "summary": {k: summary[k] for k in keep if k in summary},
+        }
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, self.path)

@@ -1,0 +1,356 @@
+"""The search behind ``scrapy polite-tune``: which trial to run next, and what to recommend.
+
+The procedure is the package's own tuning advice, automated. Start at the
+defaults (host concurrency 2, one request per endpoint, a jittered delay of
+about a second), run a short trial, measure successful pages/min, then
+change **one** variable at a time:
+
+1. ``POLITE_DELAY``: down while each step is clean and faster; up instead
+   if the start already gets too many 429s, until a trial is clean.
+2. ``POLITE_HOST_CONCURRENCY``: up from the best delay while each step is
+   clean and faster.
+
+A trial is *acceptable* when it had no ban answer (403, see
+``POLITE_BAN_CODES``), had successful pages, and kept its 429 rate at or
+under ``max_429_rate``. A trial replaces the current best only if it is
+acceptable and beats it by ``min_gain``, so short, noisy trials break ties
+towards the gentler settings. The first ban ends the whole search: nothing
+is pushed after a site has started blocking.
+
+Every request counts against one budget. A trial is allowed
+``min(trial_requests, remaining)`` requests (the crawl itself enforces
+that allowance), and what it used is subtracted before the next trial is
+planned, so the sum over all trials never exceeds the budget.
+
+Nothing here runs a crawl: :class:`Tuner` is fed :class:`TrialResult`\\ s,
+which makes the search testable on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: POLITE_DELAY moves by this factor per step (down: times it; up: divided by it).
+DELAY_STEP = 0.75
+#: The delay search does not go below this lower bound, in seconds.
+MIN_DELAY = 0.05
+#: Steps up from the start before giving up on finding a clean delay.
+MAX_DELAY_STEPS_UP = 4
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """The two variables the search moves."""
+
+    host_concurrency: int
+    delay: tuple[float, float]
+
+    def settings(self) -> dict[str, str]:
+        """``-s`` values for a trial crawl (strings, as on the command line)."""
+        return {
+            "POLITE_HOST_CONCURRENCY": str(self.host_concurrency),
+            # A trial concurrency above the project's max would be a config error.
+            "POLITE_HOST_CONCURRENCY_MAX": str(self.host_concurrency),
+            "POLITE_DELAY": f"{_num(self.delay[0])},{_num(self.delay[1])}",
+        }
+
+    def delay_text(self) -> str:
+        return f"{_num(self.delay[0])}-{_num(self.delay[1])}"
+
+    def with_delay_scaled(self, factor: float) -> TrialSettings:
+        low, high = self.delay
+        return replace(self, delay=(round(low * factor, 2), round(high * factor, 2)))
+
+    def changed(self, other: TrialSettings) -> list[str]:
+        """Names of the variables that differ from *other*."""
+        out = []
+        if self.host_concurrency != other.host_concurrency:
+            out.append("POLITE_HOST_CONCURRENCY")
+        if self.delay != other.delay:
+            out.append("POLITE_DELAY")
+        return out
+
+
+@dataclass
+class TrialResult:
+    """What one trial crawl measured, from the package's own stats.
+
+    ``sent`` is ``None`` when the trial produced no result (it crashed or
+    was killed); its whole allowance then counts as used.
+    """
+
+    sent: int | None
+    attempts: int = 0
+    success: int = 0
+    rate_limited: int = 0
+    bans: int = 0
+    status_403: int = 0
+    p95: float | None = None
+    seconds: float = 0.0
+    finish_reason: str = ""
+    error: str | None = None
+
+    @property
+    def pages_per_min(self) -> float:
+        return self.success * 60.0 / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def rate_429(self) -> float:
+        return self.rate_limited / self.attempts if self.attempts else 0.0
+
+    @property
+    def blocked(self) -> bool:
+        return self.bans > 0
+
+    @classmethod
+    def from_trial_file(cls, data: dict[str, Any]) -> TrialResult:
+        """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.trial`)."""
+        s = data.get("summary") or {}
+        return cls(
+            sent=int(data["sent"]),
+            attempts=int(data.get("attempts", 0)),
+            success=int(s.get("success", 0)),
+            rate_limited=int(s.get("rate_limited", 0)),
+            bans=int(s.get("bans", 0)),
+            status_403=int(data.get("statuses", {}).get("403", 0)),
+            p95=s.get("latency_p95"),
+            seconds=float(data.get("seconds", 0.0)),
+            finish_reason=str(data.get("finish_reason", "")),
+            error=data.get("error"),
+        )
+
+
+@dataclass
+class Trial:
+    """One planned trial, and its result once it ran."""
+
+    index: int
+    settings: TrialSettings
+    #: What this trial changes relative to ``reference`` ("start" for the first).
+    change: str
+    reference: int | None
+    allowance: int
+    result: TrialResult | None = None
+    verdict: str = ""
+
+    @property
+    def used(self) -> int:
+        """Requests counted against the budget (the allowance if unknown)."""
+        if self.result is None or self.result.sent is None:
+            return self.allowance
+        return min(self.result.sent, self.allowance)
+
+
+@dataclass
+class Tuner:
+    """Plans trials one at a time; see the module docstring for the procedure."""
+
+    start: TrialSettings
+    budget: int
+    trial_requests: int
+    max_429_rate: float = 0.05
+    min_gain: float = 0.05
+    max_concurrency: int = 16
+    #: A trial gets at least this many requests, or the search stops.
+    min_trial_requests: int = 0
+    trials: list[Trial] = field(default_factory=list)
+    best: Trial | None = None
+    stopped: str | None = None
+    _phase: str = "start"
+    _direction: str = "down"
+
+    def __post_init__(self) -> None:
+        if self.budget < 1 or self.trial_requests < 1:
+            raise ValueError("budget and trial_requests must be >= 1")
+        if not self.min_trial_requests:
+            self.min_trial_requests = max(1, self.trial_requests // 2)
+
+    # -- budget ---------------------------------------------------------------
+
+    @property
+    def used(self) -> int:
+        return sum(t.used for t in self.trials)
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.budget - self.used)
+
+    # -- verdicts -------------------------------------------------------------
+
+    def acceptable(self, result: TrialResult) -> bool:
+        return (
+            result.error is None
+            and not result.blocked
+            and result.success > 0
+            and result.rate_429 <= self.max_429_rate
+        )
+
+    def _better(self, trial: Trial) -> bool:
+        assert trial.result is not None
+        if not self.acceptable(trial.result):
+            return False
+        if self.best is None:
+            return True
+        assert self.best.result is not None
+        return trial.result.pages_per_min >= self.best.result.pages_per_min * (1 + self.min_gain)
+
+    def recommendation(self) -> Trial | None:
+        """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
+        return self.best
+
+    # -- planning -------------------------------------------------------------
+
+    def next_trial(self) -> Trial | None:
+        """The next trial to run, or ``None`` when the search is over (see :attr:`stopped`)."""
+        if self.stopped is not None:
+            return None
+        if self.trials and self.trials[-1].result is None:
+            raise RuntimeError("record the result of the previous trial first")
+        planned = self._plan()
+        if planned is None:
+            return None
+        settings, change, reference = planned
+        allowance = min(self.trial_requests, self.remaining)
+        if allowance < self.min_trial_requests:
+            self.stopped = (
+                f"budget: {self.remaining} request(s) left, fewer than a trial needs "
+                f"({self.min_trial_requests})"
+            )
+            return None
+        trial = Trial(len(self.trials) + 1, settings, change, reference, allowance)
+        self.trials.append(trial)
+        return trial
+
+    def _plan(self) -> tuple[TrialSettings, str, int | None] | None:
+        while True:
+            if self._phase == "start":
+                return self.start, "start", None
+            if self._phase == "delay":
+                planned = self._plan_delay()
+                if planned is not None:
+                    return planned
+                if self.stopped is not None:
+                    return None
+                self._phase = "concurrency"
+                continue
+            if self._phase == "concurrency":
+                planned = self._plan_concurrency()
+                if planned is not None:
+                    return planned
+            self._phase = "done"
+            if self.stopped is None:
+                self.stopped = "search finished"
+            return None
+
+    def _plan_delay(self) -> tuple[TrialSettings, str, int | None] | None:
+        if self._direction == "down":
+            assert self.best is not None
+            base = self.best
+            candidate = base.settings.with_delay_scaled(DELAY_STEP)
+            if candidate.delay[0] < MIN_DELAY or candidate.delay == base.settings.delay:
+                return None
+            return candidate, "POLITE_DELAY down", base.index
+        # Up: from the last (unacceptable) trial until one is clean.
+        base = self.trials[-1]
+        steps = sum(1 for t in self.trials if t.change == "POLITE_DELAY up")
+        if steps >= MAX_DELAY_STEPS_UP:
+            self.stopped = (
+                f"no clean delay found within {MAX_DELAY_STEPS_UP} steps up; "
+                "start from a larger --start-delay"
+            )
+            return None
+        return base.settings.with_delay_scaled(1 / DELAY_STEP), "POLITE_DELAY up", base.index
+
+    def _plan_concurrency(self) -> tuple[TrialSettings, str, int | None] | None:
+        if self.best is None:
+            return None
+        base = self.best
+        current = base.settings.host_concurrency
+        if current >= self.max_concurrency:
+            return None
+        step = min(self.max_concurrency, max(current + 1, round(current * 1.5)))
+        return replace(base.settings, host_concurrency=step), "POLITE_HOST_CONCURRENCY up", base.index
+
+    # -- results --------------------------------------------------------------
+
+    def record(self, trial: Trial, result: TrialResult) -> None:
+        """Take a trial's result and decide where the search goes next."""
+        if trial is not self.trials[-1] or trial.result is not None:
+            raise RuntimeError("results are recorded once, for the last planned trial")
+        trial.result = result
+        improved = self._better(trial)
+        if result.error is not None:
+            trial.verdict = "failed"
+            self.stopped = f"trial {trial.index} failed: {result.error}"
+        elif result.blocked:
+            trial.verdict = "BLOCKED"
+            self.stopped = (
+                f"trial {trial.index} got a ban answer (403): stopped at the first sign of blocking"
+            )
+        elif result.attempts == 0:
+            trial.verdict = "no requests"
+            self.stopped = f"trial {trial.index} sent no requests: check the spider and its arguments"
+        elif result.success == 0 and result.rate_limited == 0:
+            trial.verdict = "no pages"
+            self.stopped = f"trial {trial.index} got no successful pages: nothing to tune"
+        elif not self.acceptable(result):
+            trial.verdict = "too many 429s"
+        elif improved:
+            trial.verdict = "best so far" if self.best is not None else "ok"
+        else:
+            trial.verdict = "no gain"
+        if improved:
+            self.best = trial
+        if self.stopped is not None:
+            self._phase = "done"
+            return
+        if self._phase == "start":
+            self._phase = "delay"
+            self._direction = "down" if improved else "up"
+        elif self._phase == "delay" and improved == (self._direction == "up"):
+            # Down: the first step that is not better ends it. Up: the first clean step ends it.
+            self._phase = "concurrency"
+        elif self._phase == "concurrency" and not improved:
+            self._phase = "done"
+            self.stopped = "search finished"
+
+
+# -- output --------------------------------------------------------------------
+
+HEADER = (
+    f"{'#':>2}  {'change':<26} {'host conc.':>10} {'delay (s)':>11} {'requests':>8} {'ok':>5} "
+    f"{'pages/min':>9} {'429 rate':>8} {'403':>4} {'P95':>8}  verdict"
+)
+
+
+def format_row(trial: Trial) -> str:
+    r = trial.result
+    s = trial.settings
+    if r is None or r.sent is None:
+        sent = "?" if r is None else f"<={trial.allowance}"
+        return (
+            f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
+            f"{sent:>8} {'-':>5} {'-':>9} {'-':>8} {'-':>4} {'-':>8}  {trial.verdict or 'failed'}"
+        )
+    p95 = f"{r.p95:.3f}s" if r.p95 is not None else "-"
+    return (
+        f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
+        f"{r.sent:>8} {r.success:>5} {r.pages_per_min:>9.1f} {r.rate_429 * 100:>7.1f}% "
+        f"{r.status_403:>4} {p95:>8}  {trial.verdict}"
+    )
+
+
+def settings_lines(settings: TrialSettings, endpoint_concurrency: int) -> list[str]:
+    """The recommended ``settings.py`` lines."""
+    return [
+        f"POLITE_HOST_CONCURRENCY = {settings.host_concurrency}",
+        f"POLITE_ENDPOINT_CONCURRENCY = {endpoint_concurrency}",
+        f"POLITE_DELAY = ({_num(settings.delay[0])}, {_num(settings.delay[1])})",
+    ]
+
+
+def _num(x: float) -> str:
+    """A short decimal: 0.8, 1.07, 2.0."""
+    text = f"{x:.2f}".rstrip("0")
+    return text + "0" if text.endswith(".") else text
