@@ -158,7 +158,9 @@ def publish_commands(client: Any, keys: Keys, process_id: str, snap: dict[str, A
     key = keys.stats(process_id)
     client.hset(key, mapping={"data": json.dumps(snap, separators=(",", ":")), "updated": snap["updated"]})
     client.expire(key, SNAPSHOT_TTL)
-    client.sadd(keys.stats_procs, process_id)
+    client.zadd(keys.stats_procs, {process_id: snap["updated"]})
+    # Processes whose snapshot has expired leave the index too, so it does not grow run after run.
+    client.zremrangebyscore(keys.stats_procs, "-inf", snap["updated"] - SNAPSHOT_TTL)
     client.expire(keys.stats_procs, SNAPSHOT_TTL)
     return client
 
@@ -169,12 +171,10 @@ def read_snapshots(url: str, namespace: str) -> list[dict[str, Any]]:
     keys = Keys(namespace)
     client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True)
     try:
-        procs = sorted(client.smembers(keys.stats_procs))
         out = []
-        for proc in procs:
+        for proc in client.zrange(keys.stats_procs, 0, -1):
             data = client.hget(keys.stats(proc), "data")
             if data is None:
-                client.srem(keys.stats_procs, proc)
                 continue
             snap = json.loads(data)
             snap["process"] = proc
@@ -190,7 +190,7 @@ def clear_snapshots(url: str, namespace: str) -> int:
     keys = Keys(namespace)
     client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True)
     try:
-        procs = list(client.smembers(keys.stats_procs))
+        procs = client.zrange(keys.stats_procs, 0, -1)
         if procs:
             client.delete(*(keys.stats(p) for p in procs))
         client.delete(keys.stats_procs)

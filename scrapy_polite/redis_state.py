@@ -122,5 +122,5 @@ class Keys:
 
     @property
     def stats_procs(self) -> str:
-        """Set of process ids that have published stats."""
+        """Sorted set: process id -> time of its last stats snapshot."""
         return f"{self.prefix}statsprocs"

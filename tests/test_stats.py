@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tracemalloc
 import urllib.error
 import urllib.request
@@ -582,3 +583,26 @@ def test_fleet_merge_equals_one_process_that_saw_everything(tmp_path: Path) -> N
         ep: e["statuses"] for ep, e in expected["endpoints"].items()}
     assert merged["success_rate"] == expected["success_rate"]
     assert "successful pages of 3000 attempts" in format_summary(merged)
+
+
+def test_fleet_snapshots_round_trip_through_redis_and_old_ones_leave_the_index(tmp_path: Path, redis_server) -> None:
+    import redis
+
+    from scrapy_polite.fleet import SNAPSHOT_TTL, clear_snapshots, publish_commands, read_snapshots, snapshot
+    from scrapy_polite.redis_state import Keys
+
+    stats = make_stats(tmp_path)
+    for o in synthetic(200):
+        stats.record(o)
+    keys = Keys("t")
+    client = redis.Redis.from_url(redis_server.url)
+    old = {**snapshot(stats, finished=True), "updated": time.time() - SNAPSHOT_TTL - 60}
+    publish_commands(client.pipeline(), keys, "old-proc", old).execute()
+    publish_commands(client.pipeline(), keys, "new-proc", snapshot(stats)).execute()
+    assert client.zrange(keys.stats_procs, 0, -1) == [b"new-proc"]
+    client.close()
+    (snap,) = read_snapshots(redis_server.url, "t")
+    assert snap["process"] == "new-proc" and snap["attempts"] == 200 and not snap["finished"]
+    assert read_snapshots(redis_server.url, "other") == []
+    assert clear_snapshots(redis_server.url, "t") == 1
+    assert read_snapshots(redis_server.url, "t") == []
