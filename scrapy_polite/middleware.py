@@ -96,6 +96,7 @@ class PoliteProxyMiddleware:
         self._file_mtime: float | None = None
         self._loops: list[Any] = []
         self._closing = False
+        self._warned_https_exit_ip = False
         rt.middleware = self
         self.gate._on_all_unusable = self._all_unusable
         self.gate._on_session_repinned = self._session_repinned
@@ -473,6 +474,16 @@ class PoliteProxyMiddleware:
             ip = probe(lease.endpoint.key)
             if ip:
                 return ip, "probe"
+        if response is not None and not self._warned_https_exit_ip and urlparse_cached(response).scheme == "https":
+            # Scrapy drops the CONNECT reply, where the provider's exit-IP header is for HTTPS.
+            self._warned_https_exit_ip = True
+            logger.warning(
+                "scrapy-polite: HTTPS responses via %s carry no exit IP. Scrapy discards the proxy's "
+                "CONNECT reply headers: set DOWNLOAD_HANDLERS = {'https': "
+                "'scrapy_proxy_headers.HTTP11ProxyDownloadHandler'} (pip install scrapy-proxy-headers), "
+                "give each endpoint a static exit_ip, or set POLITE_EXIT_IP_PROBE_URL",
+                lease.endpoint.label,
+            )
         return None, None
 
     def _record(

@@ -271,6 +271,35 @@ async def test_exit_ip_without_provider_header(sandbox, tmp_path: Path, source: 
         assert sorted(stats_ext.probed_exit_ip(u) for u in sb.proxy_urls) == sorted(sb.proxy_exit_ips)
 
 
+@pytest.mark.parametrize("connect_headers", [True, False], ids=["scrapy-proxy-headers", "plain"])
+@pytest_twisted.ensureDeferred
+async def test_https_exit_ip_comes_from_the_connect_reply(sandbox, tmp_path: Path, caplog, connect_headers) -> None:
+    # Through a tunnel the proxy's exit-IP header is on the CONNECT reply, which plain Scrapy drops.
+    if connect_headers:
+        pytest.importorskip("scrapy_proxy_headers", reason="scrapy-proxy-headers needs Scrapy >= 2.14.2")
+    sb = sandbox(SandboxConfig(sites=[site(name="a", tls=True, latency=[0.03, 0.05], pages=12)],
+                               proxies=ProxyConfig(count=3, gateway=False)))
+    settings: dict[str, Any] = {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.05, 0.1),
+                                "POLITE_STATS_JSONL": str(tmp_path / "s.jsonl")}
+    if connect_headers:
+        settings["DOWNLOAD_HANDLERS"] = {"https": "scrapy_proxy_headers.HTTP11ProxyDownloadHandler"}
+    with caplog.at_level("WARNING", logger="scrapy_polite.middleware"):
+        result = await crawl(MixSpider, settings, base=sb.site_url("a"), pages="12")
+    records = read_jsonl(tmp_path / "s.jsonl")
+    target = [e for e in sb.log() if e["site"] == "a"]
+    assert len(records) == len(target) == 13
+    assert len([e for e in sb.proxy_log() if e["method"] == "CONNECT"]) < 13  # tunnels were reused
+    warnings = [r for r in caplog.records if "carry no exit IP" in r.getMessage()]
+    if connect_headers:
+        ours, theirs = per_url(records, target)
+        assert ours == theirs
+        assert result.stats["polite/exit_ip_source/header"] == 13
+        assert warnings == []
+    else:
+        assert {r["exit_ip"] for r in records} == {None}
+        assert len(warnings) == 1 and "scrapy-proxy-headers" in warnings[0].getMessage()
+
+
 # -- units on PoliteStats -------------------------------------------------------
 
 
