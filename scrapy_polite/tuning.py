@@ -76,8 +76,11 @@ class TrialSettings:
 class TrialResult:
     """What one trial crawl measured, from the package's own stats.
 
-    ``sent`` is ``None`` when the trial produced no result (it crashed or
-    was killed); its whole allowance then counts as used.
+    ``attempts``, ``success``, ``rate_limited`` and ``seconds`` cover the
+    answers past the trial's warm-up (see :mod:`scrapy_polite.trial`);
+    ``pages``, ``bans`` and ``status_403`` the whole trial. ``sent`` is
+    ``None`` when the trial produced no result (it crashed or was killed);
+    its whole allowance then counts as used.
     """
 
     sent: int | None
@@ -90,6 +93,11 @@ class TrialResult:
     seconds: float = 0.0
     finish_reason: str = ""
     error: str | None = None
+    pages: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.pages is None:
+            self.pages = self.success
 
     @property
     def pages_per_min(self) -> float:
@@ -107,15 +115,20 @@ class TrialResult:
     def from_trial_file(cls, data: dict[str, Any]) -> TrialResult:
         """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.trial`)."""
         s = data.get("summary") or {}
+        m = data.get("measured") or {
+            "attempts": data.get("attempts", 0), "success": s.get("success", 0),
+            "rate_limited": s.get("rate_limited", 0), "seconds": data.get("seconds", 0.0),
+        }
         return cls(
             sent=int(data["sent"]),
-            attempts=int(data.get("attempts", 0)),
-            success=int(s.get("success", 0)),
-            rate_limited=int(s.get("rate_limited", 0)),
+            attempts=int(m["attempts"]),
+            success=int(m["success"]),
+            rate_limited=int(m["rate_limited"]),
+            seconds=float(m["seconds"]),
+            pages=int(s.get("success", 0)),
             bans=int(s.get("bans", 0)),
             status_403=int(data.get("statuses", {}).get("403", 0)),
             p95=s.get("latency_p95"),
-            seconds=float(data.get("seconds", 0.0)),
             finish_reason=str(data.get("finish_reason", "")),
             error=data.get("error"),
         )
@@ -139,7 +152,7 @@ class Trial:
         """Requests counted against the budget (the allowance if unknown)."""
         if self.result is None or self.result.sent is None:
             return self.allowance
-        return min(self.result.sent, self.allowance)
+        return self.result.sent
 
 
 @dataclass
@@ -289,8 +302,11 @@ class Tuner:
                 f"trial {trial.index} got a ban answer (403): stopped at the first sign of blocking"
             )
         elif result.attempts == 0:
-            trial.verdict = "no requests"
-            self.stopped = f"trial {trial.index} sent no requests: check the spider and its arguments"
+            trial.verdict = "no answers"
+            self.stopped = (
+                f"trial {trial.index} got no answers ({result.sent} request(s) sent): "
+                "check the spider, its arguments and the trial's log"
+            )
         elif result.success == 0 and result.rate_limited == 0:
             trial.verdict = "no pages"
             self.stopped = f"trial {trial.index} got no successful pages: nothing to tune"
@@ -336,7 +352,7 @@ def format_row(trial: Trial) -> str:
     p95 = f"{r.p95:.3f}s" if r.p95 is not None else "-"
     return (
         f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
-        f"{r.sent:>8} {r.success:>5} {r.pages_per_min:>9.1f} {r.rate_429 * 100:>7.1f}% "
+        f"{r.sent:>8} {r.pages:>5} {r.pages_per_min:>9.1f} {r.rate_429 * 100:>7.1f}% "
         f"{r.status_403:>4} {p95:>8}  {trial.verdict}"
     )
 

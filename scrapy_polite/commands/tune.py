@@ -23,7 +23,7 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.conf import arglist_to_dict
 
 from ..errors import PoliteConfigError
-from ..trial import FILE_SETTING, REQUESTS_SETTING
+from ..trial import FILE_SETTING, REQUESTS_SETTING, WARMUP_SETTING
 from ..tuning import HEADER, Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
@@ -34,6 +34,7 @@ TUNED = (
     "POLITE_ADAPTIVE",
     FILE_SETTING,
     REQUESTS_SETTING,
+    WARMUP_SETTING,
 )
 #: A trial still running this long after --trial-seconds is killed.
 KILL_AFTER = 60.0
@@ -75,6 +76,9 @@ class Command(ScrapyCommand):
                            help="longest trial, in seconds (default: 60)")
         group.add_argument("--max-429-rate", metavar="R", default="5%",
                            help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default: 5%%)")
+        group.add_argument("--warmup", metavar="R", default="20%",
+                           help="share of each trial's first answers left out of its rates, so a fresh "
+                                "process's first burst does not decide (default: 20%%)")
         group.add_argument("--min-gain", metavar="R", default="5%",
                            help="how much faster a trial must be to replace the best one (default: 5%%)")
         group.add_argument("--start-concurrency", metavar="N", default="2",
@@ -104,6 +108,7 @@ class Command(ScrapyCommand):
         opts.trial_seconds = _float_option("--trial-seconds", opts.trial_seconds, 5.0)
         opts.max_429_rate = _rate_option("--max-429-rate", opts.max_429_rate)
         opts.min_gain = _rate_option("--min-gain", opts.min_gain)
+        opts.warmup = _rate_option("--warmup", opts.warmup)
         opts.start_concurrency = _int_option("--start-concurrency", opts.start_concurrency, 1)
         opts.start_delay = _delay_option("--start-delay", opts.start_delay)
         if opts.max_concurrency is not None:
@@ -154,7 +159,7 @@ class Command(ScrapyCommand):
         with tempfile.TemporaryDirectory(prefix="polite-tune-") as tmp:
             workdir = Path(opts.logs) if opts.logs else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
-            runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir)
+            runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir, opts.warmup)
             self.exitcode = _search(tuner, runner, out)
         if opts.logs:
             out(f"Trial logs, stats JSONL and results: {workdir}")
@@ -200,7 +205,7 @@ def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:
             result.error = result.error or "interrupted"
         tuner.record(trial, result)
         out(format_row(trial))
-        if result.error is not None and runner.last_log is not None:
+        if (result.error is not None or trial.verdict in ("no answers", "no pages")) and runner.last_log:
             out(_tail(runner.last_log))
         if interrupted:
             break
@@ -226,8 +231,15 @@ class TrialRunner:
     """
 
     def __init__(
-        self, spider: str, spargs: list[str], user_settings: list[str], trial_seconds: float, workdir: Path
+        self,
+        spider: str,
+        spargs: list[str],
+        user_settings: list[str],
+        trial_seconds: float,
+        workdir: Path,
+        warmup: float = 0.0,
     ) -> None:
+        self.warmup = warmup
         self.spider = spider
         self.spargs = list(spargs)
         self.user_settings = list(user_settings)
@@ -243,6 +255,7 @@ class TrialRunner:
             "POLITE_ADAPTIVE": "False",
             FILE_SETTING: str(self.workdir / f"trial-{n}.json"),
             REQUESTS_SETTING: str(trial.allowance),
+            WARMUP_SETTING: str(round(trial.allowance * self.warmup)),
             "CLOSESPIDER_TIMEOUT": f"{self.trial_seconds:g}",
             "POLITE_STATS_JSONL": str(self.workdir / f"trial-{n}.jsonl"),
             # A trial measures the site: no cache in front of it, no state carried over between trials,

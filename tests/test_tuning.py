@@ -1,0 +1,284 @@
+"""The search of `scrapy polite-tune`, on modelled sites, and the command's option checks."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections.abc import Callable
+
+import pytest
+from scrapy.exceptions import UsageError
+from scrapy.settings import Settings
+
+from scrapy_polite.commands.tune import Command, _check_project
+from scrapy_polite.tuning import Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
+
+START = TrialSettings(2, (0.8, 1.6))
+Site = Callable[[TrialSettings, int], TrialResult]
+
+
+def per_ip_site(limit_interval: float, endpoints: int = 8, ban_below: float | None = None) -> Site:
+    """Each endpoint may send once per *limit_interval*; faster spacing gets 429s.
+
+    Throughput is endpoints / mean delay, minus the share of intervals below the limit
+    (which get 429s). Concurrency changes nothing (latency ~0). With *ban_below*, a lower
+    bound of the delay under it gets a 403.
+    """
+
+    def run(s: TrialSettings, allowance: int) -> TrialResult:
+        low, high = s.delay
+        share_limited = min(1.0, max(0.0, (limit_interval - low) / (high - low)))
+        limited = round(allowance * share_limited)
+        ok = allowance - limited
+        seconds = allowance / (endpoints / ((low + high) / 2))
+        bans = 1 if ban_below is not None and low < ban_below else 0
+        return TrialResult(sent=allowance, attempts=allowance, success=ok, rate_limited=limited, bans=bans,
+                           status_403=bans, p95=0.05, seconds=seconds)
+
+    return run
+
+
+def host_cap_site(cap: float, latency: float = 0.25, endpoints: int = 8) -> Site:
+    """A host-wide cap of *cap* req/s: requests over it are 429s; concurrency helps up to the cap."""
+
+    def run(s: TrialSettings, allowance: int) -> TrialResult:
+        offered = min(endpoints / (sum(s.delay) / 2), s.host_concurrency / latency)
+        served = min(offered, cap)
+        limited = round(allowance * (1 - served / offered))
+        seconds = allowance / offered
+        return TrialResult(sent=allowance, attempts=allowance, success=allowance - limited,
+                           rate_limited=limited, p95=latency, seconds=seconds)
+
+    return run
+
+
+def search(tuner: Tuner, site: Site) -> list[Trial]:
+    while (trial := tuner.next_trial()) is not None:
+        tuner.record(trial, site(trial.settings, trial.allowance))
+    return tuner.trials
+
+
+def tuner(**kw: object) -> Tuner:
+    args: dict = {"budget": 1000, "trial_requests": 100, "max_concurrency": 8}
+    args.update(kw)
+    return Tuner(START, **args)  # type: ignore[arg-type]
+
+
+def test_first_trial_is_the_start_and_every_later_one_changes_one_variable() -> None:
+    for site in (per_ip_site(1.0), per_ip_site(0.3), host_cap_site(4.0), host_cap_site(40.0)):
+        t = tuner(budget=2000)
+        trials = search(t, site)
+        assert trials[0].settings == START and trials[0].change == "start"
+        for trial in trials[1:]:
+            assert trial.reference is not None and trial.reference < trial.index
+            changed = trial.settings.changed(trials[trial.reference - 1].settings)
+            assert len(changed) == 1, (trial, changed)
+            assert trial.change.startswith(changed[0])
+
+
+def test_delay_goes_down_while_it_pays_then_concurrency_up() -> None:
+    t = tuner()
+    trials = search(t, per_ip_site(0.5))
+    changes = [tr.change for tr in trials]
+    assert changes[:3] == ["start", "POLITE_DELAY down", "POLITE_DELAY down"]
+    first_conc = changes.index("POLITE_HOST_CONCURRENCY up")
+    assert all(c == "POLITE_DELAY down" for c in changes[1:first_conc])
+    assert "POLITE_DELAY" not in changes[first_conc:]
+    best = t.recommendation()
+    assert best is not None and best.result is not None
+    # The lowest delay whose lower bound stays at the site's 0.5 s limit: no 429s at all.
+    assert best.settings.delay[0] >= 0.5
+    assert best.result.rate_limited == 0
+    # Concurrency changes nothing on this site: the gentler setting is kept.
+    assert best.settings.host_concurrency == 2
+    assert t.stopped == "search finished"
+
+
+def test_delay_goes_up_while_the_start_gets_too_many_429s() -> None:
+    t = tuner()
+    trials = search(t, per_ip_site(1.3))
+    assert [tr.change for tr in trials[:2]] == ["start", "POLITE_DELAY up"]
+    assert trials[0].verdict == "too many 429s"
+    best = t.recommendation()
+    assert best is not None and best.result is not None
+    assert best.settings.delay[0] >= 1.3 * 0.95 or best.result.rate_429 <= 0.05
+    assert best.change == "POLITE_DELAY up"
+    ups = [tr for tr in trials if tr.change == "POLITE_DELAY up"]
+    # The first clean step up ends the delay search.
+    assert ups[-1] is best
+
+
+def test_concurrency_goes_up_on_a_host_cap_until_it_stops_paying() -> None:
+    t = tuner(max_concurrency=16)
+    trials = search(t, host_cap_site(cap=6.0, latency=0.5))
+    best = t.recommendation()
+    assert best is not None and best.result is not None
+    conc = [tr for tr in trials if tr.change == "POLITE_HOST_CONCURRENCY up"]
+    assert conc and best.settings.host_concurrency > 2
+    assert best.result.rate_429 <= t.max_429_rate
+    # At most concurrency / latency requests/s: the best one is near the cap without going over.
+    assert best.settings.host_concurrency / 0.5 <= 6.0 * 1.5
+
+
+def test_concurrency_never_goes_above_the_maximum() -> None:
+    t = tuner(max_concurrency=3, budget=5000)
+    trials = search(t, host_cap_site(cap=1000.0, latency=1.0))
+    assert max(tr.settings.host_concurrency for tr in trials) == 3
+
+
+def test_search_stops_at_the_first_ban_and_never_pushes_after_it() -> None:
+    t = tuner(budget=5000)
+    trials = search(t, per_ip_site(0.2, ban_below=0.5))
+    blocked = [tr for tr in trials if tr.result is not None and tr.result.blocked]
+    assert len(blocked) == 1 and blocked[0] is trials[-1]
+    assert trials[-1].verdict == "BLOCKED"
+    assert "403" in (t.stopped or "") and "first sign of blocking" in (t.stopped or "")
+    assert t.next_trial() is None
+    best = t.recommendation()
+    assert best is not None and not best.result.blocked  # type: ignore[union-attr]
+    assert best.settings.delay[0] >= 0.5
+
+
+def test_a_blocked_start_gives_no_recommendation() -> None:
+    t = tuner()
+    trials = search(t, per_ip_site(0.1, ban_below=10.0))
+    assert len(trials) == 1
+    assert t.recommendation() is None
+
+
+def test_recommendation_is_the_fastest_acceptable_trial() -> None:
+    t = tuner(budget=400, max_429_rate=0.05, min_gain=0.05)
+    results = [
+        TrialResult(sent=100, attempts=100, success=98, rate_limited=2, seconds=30.0),  # 196/min
+        # Faster, but 20% 429s: not acceptable.
+        TrialResult(sent=100, attempts=100, success=80, rate_limited=20, seconds=10.0),  # 480/min
+        # Faster than the start by 2% only: within min_gain, the gentler start stays.
+        TrialResult(sent=100, attempts=100, success=99, rate_limited=1, seconds=29.7),
+    ]
+    for result in results:
+        trial = t.next_trial()
+        assert trial is not None
+        t.record(trial, result)
+    best = t.recommendation()
+    assert best is not None and best.index == 1
+    assert [tr.verdict for tr in t.trials] == ["ok", "too many 429s", "no gain"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_budget_is_never_exceeded(seed: int) -> None:
+    rng = random.Random(seed)
+    budget = rng.randint(20, 900)
+    trial_requests = rng.randint(10, min(budget, 200))
+    t = Tuner(START, budget=budget, trial_requests=trial_requests, max_concurrency=rng.randint(2, 20))
+    while (trial := t.next_trial()) is not None:
+        assert trial.allowance <= trial_requests
+        assert sum(tr.used for tr in t.trials[:-1]) + trial.allowance <= budget
+        roll = rng.random()
+        if roll < 0.05:
+            result = TrialResult(sent=None, error="crashed")  # counts its whole allowance
+        else:
+            sent = rng.randint(0, trial.allowance)
+            limited = rng.randint(0, sent // 8) if sent else 0
+            result = TrialResult(sent=sent, attempts=max(sent, 1), success=max(1, sent - limited),
+                                 rate_limited=limited, bans=int(roll > 0.97), seconds=rng.uniform(1, 60))
+        t.record(trial, result)
+    assert t.used <= budget
+    assert t.stopped
+
+
+def test_a_failed_trial_counts_its_whole_allowance_and_stops() -> None:
+    t = tuner(budget=300)
+    trial = t.next_trial()
+    assert trial is not None
+    t.record(trial, TrialResult(sent=None, error="no result (exit code 1)"))
+    assert t.used == 100 and t.next_trial() is None
+    assert "failed" in (t.stopped or "") and t.recommendation() is None
+    assert "failed" in format_row(trial)
+
+
+def test_the_last_trial_must_get_enough_requests() -> None:
+    t = tuner(budget=240, trial_requests=100)
+    trials = search(t, per_ip_site(0.1))
+    assert [tr.allowance for tr in trials] == [100, 100]
+    assert "budget" in (t.stopped or "")
+
+
+def test_settings_lines_and_row() -> None:
+    s = TrialSettings(3, (1.07, 2.13))
+    assert settings_lines(s, 1) == [
+        "POLITE_HOST_CONCURRENCY = 3",
+        "POLITE_ENDPOINT_CONCURRENCY = 1",
+        "POLITE_DELAY = (1.07, 2.13)",
+    ]
+    assert settings_lines(TrialSettings(2, (0.8, 1.6)), 1)[2] == "POLITE_DELAY = (0.8, 1.6)"
+    assert s.settings() == {
+        "POLITE_HOST_CONCURRENCY": "3", "POLITE_HOST_CONCURRENCY_MAX": "3", "POLITE_DELAY": "1.07,2.13",
+    }
+
+
+# -- options -------------------------------------------------------------------
+
+
+def parse(*argv: str) -> tuple[Command, argparse.Namespace]:
+    cmd = Command()
+    cmd.settings = Settings()
+    parser = argparse.ArgumentParser()
+    cmd.add_options(parser)
+    opts, args = parser.parse_known_args(list(argv))
+    cmd.process_options(args, opts)
+    return cmd, opts
+
+
+def test_options_are_parsed() -> None:
+    _, opts = parse("--budget", "500", "--trial-requests", "50", "--trial-seconds", "30",
+                    "--max-429-rate", "2%", "--min-gain", "0.1", "--start-delay", "1,2",
+                    "-a", "start_url=http://x", "-s", "LOG_LEVEL=INFO")
+    assert opts.budget == 500 and opts.trial_requests == 50 and opts.trial_seconds == 30.0
+    assert opts.max_429_rate == pytest.approx(0.02) and opts.min_gain == pytest.approx(0.1)
+    assert opts.start_delay == (1.0, 2.0) and opts.start_concurrency == 2
+    _, opts = parse("--start-delay", "1.5")
+    assert opts.start_delay == (1.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--budget", "lots"], "--budget must be a whole number >= 1, got 'lots'"),
+        (["--budget", "0"], "--budget must be a whole number >= 1"),
+        (["--budget", "-5"], "--budget must be a whole number >= 1"),
+        (["--budget", "50"], "--budget 50 is smaller than one trial (--trial-requests 100)"),
+        (["--trial-requests", "3"], "--trial-requests must be a whole number >= 10"),
+        (["--trial-seconds", "nan"], "--trial-seconds must be a number of seconds >= 5"),
+        (["--trial-seconds", "1"], "--trial-seconds must be a number of seconds >= 5"),
+        (["--max-429-rate", "150%"], "--max-429-rate must be a share between 0 and 1"),
+        (["--max-429-rate", "high"], "--max-429-rate must be a share between 0 and 1"),
+        (["--start-delay", "2,1"], "--start-delay must be MIN,MAX seconds with 0 < MIN <= MAX"),
+        (["--start-delay", "0,1"], "--start-delay must be MIN,MAX seconds with 0 < MIN <= MAX"),
+        (["--start-concurrency", "0"], "--start-concurrency must be a whole number >= 1"),
+        (["--max-concurrency", "1"], "--max-concurrency 1 is below --start-concurrency 2"),
+        (["-a", "start_url"], "Invalid -a value, use -a NAME=VALUE"),
+        (["-s", "POLITE_DELAY=0.5"], "POLITE_DELAY is set by each trial; use --start-delay"),
+    ],
+)
+def test_bad_options_are_refused_with_a_clear_message(argv: list[str], message: str) -> None:
+    with pytest.raises(UsageError) as err:
+        parse(*argv)
+    assert message in str(err.value)
+
+
+def test_project_checks() -> None:
+    base = {"SPIDER_MODULES": ["example_project.spiders"], "POLITE_PROXIES": ["http://127.0.0.1:1"]}
+    with pytest.raises(UsageError, match="Spider not found: nope"):
+        _check_project(Settings({**base, "ADDONS": {"scrapy_polite.Addon": 500}}), "nope")
+    with pytest.raises(UsageError, match="does not enable scrapy-polite"):
+        _check_project(Settings(base), "catalogue")
+    with pytest.raises(UsageError, match="POLITE_ENABLED is False"):
+        _check_project(Settings({**base, "ADDONS": {"scrapy_polite.Addon": 500}, "POLITE_ENABLED": False}),
+                       "catalogue")
+    with pytest.raises(UsageError, match="POLITE_PROXIES="):
+        _check_project(Settings({**base, "ADDONS": {"scrapy_polite.Addon": 500}, "POLITE_PROXIES": []}),
+                       "catalogue")
+    endpoints, per_endpoint = _check_project(
+        Settings({**base, "ADDONS": {"scrapy_polite.Addon": 500},
+                  "POLITE_PROXIES": ["http://127.0.0.1:1", "http://127.0.0.1:2"]}), "catalogue")
+    assert (endpoints, per_endpoint) == (2, 1)
