@@ -310,7 +310,6 @@ class PoliteProxyMiddleware:
                 return response
             if answer.kind == "proxy":
                 self._endpoint_failed(lease, answer.reason)
-                self._record(request, lease, response=response, proxy_side=True)
                 return self._requeue(request, "proxy", lease, response=response)
             status, headers = answer.status or status, answer.headers
         cfg = self.config
@@ -321,7 +320,6 @@ class PoliteProxyMiddleware:
         )
         if status == 407:
             self._endpoint_failed(lease, "407 Proxy Authentication Required")
-            self._record(request, lease, response=response, proxy_side=True)
             return self._requeue(request, "proxy", lease, response=response)
         if rate_limited:
             delay = self._cooldown(retry_after_header)
@@ -331,8 +329,7 @@ class PoliteProxyMiddleware:
                 self.runtime.throttle.rate_limited(lease.host, ep, delay, status)
             else:
                 self.gate.cool_endpoint(ep.key, lease.host, delay)
-            self._record(request, lease, response=response, rate_limited=True, proxy_side=proxy_side)
-            return self._requeue(request, "rate", lease, response=response, delay=delay)
+            return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=proxy_side)
         self.gate.endpoint_ok(ep.key)
         if status in cfg.ban_codes and not proxy_side:
             self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
@@ -341,7 +338,6 @@ class PoliteProxyMiddleware:
                 "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
                 lease.host, status, ep.label, lease.host, cfg.ban_duration,
             )
-            self._record(request, lease, response=response)
             return self._requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status)
@@ -351,8 +347,8 @@ class PoliteProxyMiddleware:
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
-            self.stats.inc_value(f"polite/gave_up/{type(exception).__name__}")
             self._emit(_failure_outcome(request, exception, self.host_key(request), gave_up=True))
+            self._gave_up(request, type(exception).__name__, str(exception))
             if isinstance(exception, SessionEndpointLost):
                 logger.error("scrapy-polite: gave up %s: %s", request.url, exception)
             return None
@@ -368,11 +364,9 @@ class PoliteProxyMiddleware:
         if TunnelError is not None and isinstance(exception, TunnelError) and "429" in str(exception):
             delay = self._cooldown(None)
             self.gate.cool_endpoint(lease.endpoint.key, None, delay)
-            self._record(request, lease, exception=exception, rate_limited=True, proxy_side=True)
-            return self._requeue(request, "rate", lease, exception=exception, delay=delay)
+            return self._requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
         if isinstance(exception, PROXY_ERRORS):
             self._endpoint_failed(lease, type(exception).__name__)
-            self._record(request, lease, exception=exception, proxy_side=True)
             return self._requeue(request, "proxy", lease, exception=exception)
         self._record(request, lease, exception=exception)
         return None
@@ -412,11 +406,14 @@ class PoliteProxyMiddleware:
         response: Response | None = None,
         exception: Exception | None = None,
         delay: float = 0.0,
+        proxy_side: bool | None = None,
     ) -> Any:
-        """Send *request* back to the scheduler, or give it up when its budget is spent.
+        """Record this attempt, then send *request* back to the scheduler, or give it up.
 
         Each kind has its own budget, separate from RETRY_TIMES, so a 429
-        storm does not use up the retries meant for server errors.
+        storm does not use up the retries meant for server errors. The attempt
+        is recorded here, once the budget is known, so its outcome says
+        whether it was the last one.
         """
         budgets = {
             "rate": self.config.rate_retry_times,
@@ -425,17 +422,18 @@ class PoliteProxyMiddleware:
         }
         counter = f"polite_{kind}_retries"
         done = request.meta.get(counter, 0)
-        if done >= budgets[kind]:
+        spent = done >= budgets[kind]
+        self._record(
+            request, lease, response=response, exception=exception, rate_limited=kind == "rate",
+            proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
+        )
+        if spent:
             what = response.status if response is not None else type(exception).__name__
             logger.error(
                 "scrapy-polite: gave up %s after %d %s re-queue(s) (last: %s via %s)",
                 request.url, done, kind, what, lease.endpoint.label,
             )
-            self.stats.inc_value("polite/gave_up")
-            self.stats.inc_value(f"polite/gave_up/{kind}")
-            self.crawler.signals.send_catch_log(
-                polite_signals.request_gave_up, request=request, reason=f"{kind}: {what}"
-            )
+            self._gave_up(request, kind, str(what))
             if response is not None:
                 return response
             return None
@@ -460,6 +458,12 @@ class PoliteProxyMiddleware:
             request.url, kind, lease.endpoint.label, delay,
         )
         return new
+
+    def _gave_up(self, request: Request, kind: str, what: str) -> None:
+        """Every request given up is counted here, and once: ``polite/gave_up`` and the signal."""
+        self.stats.inc_value("polite/gave_up")
+        self.stats.inc_value(f"polite/gave_up/{kind}")
+        self.crawler.signals.send_catch_log(polite_signals.request_gave_up, request=request, reason=f"{kind}: {what}")
 
     def exit_ip(self, lease: Lease, response: Response | None) -> tuple[str | None, str | None]:
         if response is not None:
@@ -495,6 +499,7 @@ class PoliteProxyMiddleware:
         exception: Exception | None = None,
         rate_limited: bool = False,
         proxy_side: bool = False,
+        gave_up: bool = False,
     ) -> None:
         exit_ip, source = self.exit_ip(lease, response)
         self._emit(
@@ -513,6 +518,7 @@ class PoliteProxyMiddleware:
                 requeues=request.meta.get("polite_requeues", 0),
                 rate_limited=rate_limited,
                 proxy_side=proxy_side,
+                gave_up=gave_up,
             )
         )
 

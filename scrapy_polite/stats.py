@@ -198,7 +198,6 @@ class PoliteStats:
         self.ok += ok
         self.rate_limited += limited
         self.bans += ban
-        self.gave_up += outcome.gave_up
         self.window.add(outcome.time, ok, limited)
         host = _capped(self.hosts, outcome.host, MAX_HOSTS)
         endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None

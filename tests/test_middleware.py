@@ -21,6 +21,7 @@ from logcheck import (
 )
 
 from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
 
 
@@ -216,3 +217,26 @@ async def test_polite_enabled_false_leaves_the_crawl_alone(sandbox) -> None:
     assert sorted(items_fetched(log)) == [1, 2, 3, 4, 5]
     assert {e["ip"] for e in log} == {"127.0.0.1"}  # direct, no proxy
     assert not any(key.startswith("polite/") for key in result.stats)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sandbox, tmp_path, caplog) -> None:
+    import json
+
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=3)))
+    url = sb.site_url("a") + "/status/429"  # always rate-limited
+    jsonl = tmp_path / "s.jsonl"
+    with caplog.at_level("ERROR", logger="scrapy_polite.middleware"):
+        result = await crawl(CatalogueSpider, {
+            "POLITE_PROXIES": sb.proxy_urls, "POLITE_RATE_RETRY_TIMES": 2, "POLITE_COOLDOWN": (0.1, 0.2),
+            "POLITE_DELAY": (0.05, 0.1), "POLITE_STATS_JSONL": str(jsonl),
+        }, start_url=url)
+    assert [e["status"] for e in sb.log()] == [429, 429, 429]  # the first try and its two re-queues
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["status"], r["requeues"], r["gave_up"]) for r in records] == [
+        (429, 0, False), (429, 1, False), (429, 2, True)]
+    assert result.stats["polite/gave_up"] == result.stats["polite/gave_up/rate"] == 1
+    assert result.stats["polite/requeued/rate"] == 2
+    assert get_runtime(result.crawler).stats.summary()["gave_up"] == 1
+    (error,) = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
+    assert url in error and "after 2 rate re-queue(s)" in error
