@@ -152,6 +152,9 @@ class PoliteProxyMiddleware:
         outages = getattr(self.gate, "outages", 0)
         if outages:
             self.stats.set_value("polite/state_outages", outages)
+        reasserted = getattr(self.gate, "reasserted", 0)
+        if reasserted:
+            self.stats.set_value("polite/state_reasserted", reasserted)
         # A shared gate hands back what this process holds before the crawl ends.
         stopping = self.gate.stop()
         if stopping is not None:

@@ -57,6 +57,25 @@ _IDLE_TTL = 24 * 3600.0
 _BACKOFF = (0.25, 8.0)
 
 
+class _Backoff:
+    """One loop's retry delay while Redis is away.
+
+    Each loop backs off on its own, so failed grant attempts cannot stretch the
+    renewal loop's sleep past the lease TTL (and get a live process swept).
+    """
+
+    def __init__(self, cap: float = _BACKOFF[1]) -> None:
+        self.cap = cap
+        self.delay = min(_BACKOFF[0], cap)
+
+    def next(self) -> float:
+        delay, self.delay = self.delay, min(self.cap, self.delay * 2)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = min(_BACKOFF[0], self.cap)
+
+
 @dataclass(eq=False)
 class _Waiter:
     host: str
@@ -134,8 +153,10 @@ class RedisGate:
         # redis-py can turn a task's cancellation into a connection error.
         self._halted = False
         self._down_since: float | None = None
-        self._retry_in = _BACKOFF[0]
         self.outages = 0
+        #: Leases and heartbeats this process had to re-add (Redis lost them, or they lapsed).
+        self.reasserted = 0
+        self._renewed = False
         self.set_endpoints(endpoints)
 
     # -- inspection (same surface as LocalGate) ----------------------------
@@ -439,6 +460,7 @@ class RedisGate:
 
     async def _pump(self, host: str, event: asyncio.Event) -> None:
         h = self._hosts[host]
+        backoff = _Backoff()
         while h.waiters and not self._closed and not self._halted:
             event.clear()
             now = self._clock()
@@ -448,7 +470,7 @@ class RedisGate:
                 try:
                     code, wait = await self._try(host, waiter)
                 except self._errors as exc:
-                    await self._outage(exc)
+                    await self._outage(exc, backoff)
                     pause = 0.0
                     break
                 except Exception:
@@ -456,7 +478,7 @@ class RedisGate:
                     logger.exception("scrapy-polite: grant attempt for %s failed", host)
                     pause = self.poll
                     break
-                self._back()
+                self._back(backoff)
                 if code == "granted":
                     pause = 0.0
                     break
@@ -685,32 +707,38 @@ class RedisGate:
 
     async def _run_ops(self) -> None:
         assert self._ops is not None
+        backoff = _Backoff()
         while not self._halted:
             make = await self._ops.get()
             try:
                 while True:
                     try:
                         await make()
-                        self._back()
+                        self._back(backoff)
                         break
                     except self._errors as exc:
                         if self._halted:
                             break
                         # Updates wait for Redis, in order, rather than being lost.
-                        await self._outage(exc)
+                        await self._outage(exc, backoff)
             except Exception:
                 logger.exception("scrapy-polite: shared-state update failed")
             finally:
                 self._ops.task_done()
 
     async def _run_renewals(self) -> None:
-        """Every third of the lease TTL: renew leases and heartbeat, sweep dead processes."""
+        """Every third of the lease TTL: renew leases and heartbeat, sweep dead processes.
+
+        Retries while Redis is away come at most a quarter TTL apart, so leases
+        are re-asserted soon after it is back, before another process sweeps.
+        """
+        backoff = _Backoff(cap=min(_BACKOFF[1], self.lease_ttl / 4))
         while not self._halted:
             try:
                 await self._renew()
-                self._back()
+                self._back(backoff)
             except self._errors as exc:
-                await self._outage(exc)
+                await self._outage(exc, backoff)
                 continue
             await asyncio.sleep(self.lease_ttl / 3)
 
@@ -719,7 +747,16 @@ class RedisGate:
         for lease in self._leases.values():
             args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key)),
                      lease.host, lease.session or ""]
-        await self._scripts["renew"](args=args)
+        _, lapsed, beat = await self._scripts["renew"](args=args)
+        lapsed, beat = int(lapsed), int(beat) if self._renewed else 0
+        self._renewed = True
+        if lapsed or beat:
+            self.reasserted += lapsed + beat
+            logger.warning(
+                "scrapy-polite: re-asserted %d lease(s)%s in the shared state at %s (Redis lost them, "
+                "or they ran out while it was unreachable)", lapsed,
+                " and this process's heartbeat" if beat else "", self.label,
+            )
         swept = await self._scripts["sweep"](args=[self.keys.prefix])
         for proc, count in zip(swept[::2], swept[1::2]):
             logger.warning(
@@ -730,7 +767,7 @@ class RedisGate:
             if self.on_orphans is not None:
                 self.on_orphans(proc, int(count))
 
-    async def _outage(self, exc: BaseException) -> None:
+    async def _outage(self, exc: BaseException, backoff: _Backoff) -> None:
         if self._down_since is None:
             self._down_since = self._clock()
             self.outages += 1
@@ -738,10 +775,9 @@ class RedisGate:
                 "scrapy-polite: lost the shared state at %s (%s); %d request(s) wait, none is sent "
                 "until it is back", self.label, exc, self.waiting(),
             )
-        await asyncio.sleep(self._retry_in)
-        self._retry_in = min(_BACKOFF[1], self._retry_in * 2)
+        await asyncio.sleep(backoff.next())
 
-    def _back(self) -> None:
+    def _back(self, backoff: _Backoff) -> None:
         if self._down_since is not None:
             logger.warning(
                 "scrapy-polite: shared state at %s is back after %.1f s", self.label,
@@ -749,4 +785,4 @@ class RedisGate:
             )
             self._down_since = None
             self._kick()
-        self._retry_in = _BACKOFF[0]
+        backoff.reset()

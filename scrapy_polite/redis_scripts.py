@@ -159,17 +159,24 @@ return 1
 """
 
 #: Keep this process's leases and heartbeat alive; re-assert leases Redis lost
-#: (a restarted server), since their requests are still in flight.
+#: (a restarted server), since their requests are still in flight. The
+#: heartbeat lasts three TTLs: sweeping a live process orphans its URLs for
+#: good, while a lapsed lease is simply re-asserted.
 #: ARGV: prefix, ttl, process id, then (token, endpoint id, host, session) x n.
+#: Returns {now, leases that had lapsed, 1 if the heartbeat had lapsed}.
 RENEW = _PRELUDE + """
 local p, ttl, proc = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = clock()
 local expires = now + ttl
-redis.call('ZADD', p .. 'procs', expires, proc)
-keep(p .. 'procs', ttl * 4)
-keep(p .. 'held:' .. proc, ttl * 4)
+local beat = tonumber(redis.call('ZSCORE', p .. 'procs', proc))
+redis.call('ZADD', p .. 'procs', now + 3 * ttl, proc)
+keep(p .. 'procs', ttl * 6)
+keep(p .. 'held:' .. proc, ttl * 6)
+local lapsed = 0
 for i = 4, #ARGV, 4 do
   local token, id, host, session = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local score = tonumber(redis.call('ZSCORE', p .. 'el:' .. id, token))
+  if not score or score <= now then lapsed = lapsed + 1 end
   redis.call('ZADD', p .. 'el:' .. id, expires, token)
   keep(p .. 'el:' .. id, ttl * 2)
   redis.call('ZADD', p .. 'hl:' .. host, expires, token)
@@ -181,7 +188,7 @@ for i = 4, #ARGV, 4 do
     end
   end
 end
-return tostring(now)
+return {tostring(now), lapsed, (beat and beat > now) and 0 or 1}
 """
 
 #: Processes whose heartbeat ran out: move the requests they held to the

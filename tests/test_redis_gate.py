@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest_twisted
+import redis
 from twisted.internet.defer import Deferred
 
 from scrapy_polite.endpoints import Endpoint
@@ -62,6 +63,26 @@ async def stop(*gates: RedisGate) -> None:
         d = g.stop()
         if d is not None:
             await d.asFuture(asyncio.get_running_loop())
+
+
+def admin(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+async def until(check: Callable[[], Any], timeout: float = 3.0) -> Any:
+    """Poll *check* (ignoring Redis errors while a server restarts) until it is truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result or time.monotonic() > deadline:
+                return result
+        except redis.RedisError:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 @on_asyncio
@@ -140,15 +161,20 @@ async def test_a_session_keeps_its_endpoint_in_every_process(redis_server) -> No
 async def test_a_crashed_process_frees_its_endpoint_after_the_lease_ttl(redis_server) -> None:
     a, b = gate(redis_server.url), gate(redis_server.url)
     await granted(a.acquire("h", tag="http://h/1"))
+    await settle()
     a._halt()  # a dies: no renewal, no release
+    died = time.monotonic()
     _, waited = await granted(b.acquire("h"), timeout=10)
     assert 1.0 <= waited <= 3.0
-    await asyncio.sleep(1.5)  # a's heartbeat runs out too; b's next sweep lists what it held
-    await b._renew()
-    import redis
+    client = admin(redis_server.url)
 
-    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
-    orphans = [json.loads(o) for o in client.lrange("t:orphans", 0, -1)]
+    async def swept() -> list[dict]:
+        await b._renew()
+        return [json.loads(o) for o in client.lrange("t:orphans", 0, -1)]
+
+    # a's heartbeat lasts three TTLs; then b's next sweep lists what it held.
+    orphans = await until(swept, timeout=8)
+    assert time.monotonic() - died >= 3 * 1.5 - 0.5 - 0.1
     assert [o["url"] for o in orphans] == ["http://h/1"] and orphans[0]["proc"] == a.process_id
     client.close()
     await stop(b)
@@ -162,4 +188,28 @@ async def test_namespaces_do_not_share(redis_server) -> None:
     assert waited < 0.3
     a.release(lease)
     b.release(other)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_short_outage_does_not_get_a_live_process_swept(redis_server) -> None:
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    lease, _ = await granted(a.acquire("h", tag="http://h/1"))
+    await settle()
+    client = admin(redis_server.url)
+    client.save()  # the server comes back with its data
+    client.close()
+    redis_server.stop()
+    await asyncio.sleep(2.5)  # longer than the 1.5 s lease TTL
+    redis_server.start()
+    await until(b._renew)  # the first process back sweeps at once
+    client = admin(redis_server.url)
+    ep_id = a._ids[lease.endpoint.key]
+    # a's renewals retry at most a quarter TTL apart: its lease is back within moments.
+    assert await until(lambda: (client.zscore(f"t:el:{ep_id}", lease.token) or 0) > time.time(), timeout=1.0)
+    assert client.lrange("t:orphans", 0, -1) == []
+    assert client.zscore("t:procs", a.process_id) is not None
+    assert a.reasserted == 1  # the lease had lapsed and was re-added
+    a.release(lease)
+    client.close()
     await stop(a, b)
