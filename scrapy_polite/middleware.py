@@ -275,6 +275,9 @@ class PoliteProxyMiddleware:
         arrived = time.monotonic()
         lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before, tag=request.url))
         meta[LEASE_KEY] = lease
+        probing = self.runtime.stats.exit_ip_known(lease.endpoint) if self.runtime.stats is not None else None
+        if probing is not None:
+            await maybe_deferred_to_future(probing)
         meta["polite_endpoint"] = lease.endpoint.label
         meta["polite_wait"] = time.monotonic() - arrived
         meta["polite_host"] = host

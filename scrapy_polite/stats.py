@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 from scrapy import signals
+from twisted.internet.defer import Deferred
 
 from . import signals as polite_signals
 from .outcome import Outcome
@@ -171,6 +172,7 @@ class PoliteStats:
         self._probe_timeout: float = self.config.exit_ip_probe_timeout
         self._probed: dict[str, str | None] = {}
         self._probing: dict[str, Any] = {}
+        self._probe_waiters: dict[str, list[Deferred]] = {}
         self._jsonl: Any = None
         self._jsonl_size = 0
         self._jsonl_path = self.config.stats_jsonl
@@ -270,19 +272,28 @@ class PoliteStats:
     # -- exit IP probe ------------------------------------------------------
 
     def probed_exit_ip(self, endpoint_key: str) -> str | None:
-        """The exit IP the start-up probe saw for *endpoint_key*, if any.
+        """The exit IP the probe saw for *endpoint_key*, if any."""
+        return self._probed.get(endpoint_key)
 
-        An endpoint first seen later (a reloaded proxies file) is probed on
-        first use; its outcomes carry no exit IP until the answer arrives.
+    def exit_ip_known(self, endpoint: Endpoint) -> Deferred | None:
+        """A Deferred that fires once *endpoint*'s probe has answered; ``None`` if there is nothing to wait for.
+
+        The middleware waits on it with the endpoint's lease in hand, so a probe
+        never shares its endpoint with a crawl request, and every response gets
+        the exit IP. An endpoint first seen later (a reloaded proxies file) is
+        probed here, on first use.
         """
-        if endpoint_key in self._probed:
-            return self._probed[endpoint_key]
-        if self._probe_url and endpoint_key not in self._probing:
-            st = self.runtime.gate.endpoints.get(endpoint_key)
+        key = endpoint.key
+        if not self._probe_url or key in self._probed or endpoint.static_exit_ip:
+            return None
+        if key not in self._probing:
             engine = getattr(self.crawler, "engine", None)
-            if st is not None and engine is not None and engine.running:
-                self._start_probe(st.endpoint)
-        return None
+            if engine is None or not engine.running:
+                return None
+            self._start_probe(endpoint)
+        d: Deferred = Deferred()
+        self._probe_waiters.setdefault(key, []).append(d)
+        return d
 
     def _start_probe(self, endpoint: Endpoint) -> None:
         from scrapy.utils.defer import deferred_from_coro
@@ -330,6 +341,8 @@ class PoliteStats:
         finally:
             self._probing.pop(endpoint.key, None)
         self._probed[endpoint.key] = ip
+        for d in self._probe_waiters.pop(endpoint.key, []):
+            d.callback(ip)
         self.stats.inc_value("polite/exit_ip_probe/" + ("ok" if ip else "failed"))
         logger.debug("scrapy-polite: %s exits from %s", endpoint.label, ip)
 

@@ -237,7 +237,9 @@ def _group(log: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 @pytest_twisted.ensureDeferred
 async def test_exit_ip_without_provider_header(sandbox, tmp_path: Path, source: str) -> None:
     # The proxies send their exit IP under a header the package is not told about.
-    cfg = SandboxConfig(sites=[site(name="a", latency=[0.03, 0.05], pages=12), site(name="echo")],
+    # The IP-echo service answers slower than the target: the first pages through an endpoint
+    # would come back before its probe does, unless the probe holds the endpoint.
+    cfg = SandboxConfig(sites=[site(name="a", latency=[0.03, 0.05], pages=12), site(name="echo", latency=[0.4, 0.5])],
                         proxies=ProxyConfig(count=3, gateway=False, exit_ip_header="X-Unlisted-Exit"))
     sb = sandbox(cfg)
     settings: dict[str, Any] = {"POLITE_DELAY": (0.05, 0.1), "POLITE_STATS_JSONL": str(tmp_path / "s.jsonl")}
@@ -267,6 +269,13 @@ async def test_exit_ip_without_provider_header(sandbox, tmp_path: Path, source: 
         assert sorted(e["ip"] for e in probes) == sorted(sb.proxy_exit_ips)  # one per endpoint
         assert {e["path"] for e in probes} == {"/ip"}
         assert result.stats["polite/exit_ip_probe/ok"] == 3
+        # One request at a time per exit IP, the probes included.
+        by_ip: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for e in log:
+            by_ip[e["ip"]].append((e["t_start"], e["t_end"]))
+        for spans in by_ip.values():
+            spans.sort()
+            assert all(end <= nxt_start + 0.005 for (_, end), (nxt_start, _) in zip(spans, spans[1:]))
         stats_ext = get_runtime(result.crawler).stats
         assert sorted(stats_ext.probed_exit_ip(u) for u in sb.proxy_urls) == sorted(sb.proxy_exit_ips)
 
