@@ -512,9 +512,8 @@ class LocalGate:
         return None, wake
 
     def _ready_at(self, st: EndpointState, host: str, now: float) -> float:
-        if not self.endpoint_usable(st) and st.unhealthy_until <= now:
-            # Dead endpoints are still re-checked, at the longest backoff.
-            st.unhealthy_until = now + self.backoff[1]
+        # A dead endpoint is ready once its backoff has passed: it gets one probe
+        # request (``_grant`` pushes the next one out by the longest backoff).
         ready = st.unhealthy_until
         pair = self._pairs.get((st.endpoint.key, host))
         if pair is not None:
@@ -544,6 +543,9 @@ class LocalGate:
         st.inflight += 1
         st.requests += 1
         st.last_granted = now
+        if not self.endpoint_usable(st):
+            # A dead endpoint's probe: the next one comes a longest backoff later.
+            st.unhealthy_until = now + self.backoff[1]
         if st.inflight >= self.endpoint_concurrency:
             self._idle.pop(key, None)
         else:

@@ -369,6 +369,12 @@ class RedisGate:
         self._kick()
 
     def endpoint_ok(self, endpoint_key: str) -> None:
+        """A success resets the shared count when it may be above zero.
+
+        ``st.failures`` mirrors the shared count as of this process's last
+        grant attempt through the endpoint, so failures seen by other processes
+        are reset here too and never add up across successes.
+        """
         st = self._endpoints.get(endpoint_key)
         if st is not None and st.failures:
             st.failures = 0
@@ -516,7 +522,7 @@ class RedisGate:
         out = []
         for key in self._order:
             st = self._endpoints[key]
-            # Dead endpoints stay on offer: Redis re-checks them at the longest backoff.
+            # Dead endpoints stay on offer: one probe per longest backoff (the script decides).
             if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
                     and self._spacing.get((key, host), 0.0) <= now):
                 out.append(self._ids[key])
@@ -541,7 +547,7 @@ class RedisGate:
         h = self.host(host)
         low, high = h.delay
         u = self._rng.random()
-        code, ep_id, at, state = await self._scripts["acquire"](args=[
+        code, ep_id, at, state, health = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
             u, self.poll, "1" if self.session_policy == "repin" else "0", *ids,
@@ -549,6 +555,7 @@ class RedisGate:
         now = self._clock()
         redis_now = float(state[0])
         self._mirror(h, host, state, now)
+        self._mirror_health(health, redis_now, now)
         wait = max(0.0, float(at) - redis_now)
         if code == "granted":
             key = self._by_id.get(ep_id)
@@ -572,6 +579,20 @@ class RedisGate:
         elif code == "session_wait" and w.session is not None:
             self._sessions[w.session].endpoint_key = self._by_id.get(ep_id)
         return code, wait
+
+    def _mirror_health(self, health: list[str], redis_now: float, now: float) -> None:
+        """Take the shared health the script saw: a death learned only from Redis
+        unpins sessions and, for the last usable endpoint, closes the spider here too."""
+        for ep_id, failures, until in zip(health[::3], health[1::3], health[2::3]):
+            key = self._by_id.get(ep_id)
+            st = self._endpoints.get(key) if key is not None else None
+            if st is None:
+                continue
+            usable = self.endpoint_usable(st)
+            st.failures = int(failures)
+            st.unhealthy_until = now + max(0.0, float(until) - redis_now)
+            if usable and not self.endpoint_usable(st):
+                self._after_health_change(key)  # type: ignore[arg-type]
 
     def _mirror(self, h: HostState, host: str, state: list[str], now: float) -> None:
         """Refresh the throttle's view of *host* from the shared values."""

@@ -28,6 +28,8 @@ end
 #: default limit, default delay low, default delay high, max_failures,
 #: backoff max, u (uniform 0..1 for the jitter), poll, repin ('1'/'0'),
 #: candidate endpoint ids...
+#: The reply's fifth element lists (id, failures, unhealthy_until) of every
+#: endpoint the script looked at, for the process's health mirror.
 #: Returns {code, endpoint id, time, {now, limit, lo, hi, min_delay, interval,
 #: paused_until, fleet in-flight}}.
 ACQUIRE = _PRELUDE + """
@@ -50,8 +52,10 @@ redis.call('ZREMRANGEBYSCORE', hl, '-inf', now)
 local inflight = redis.call('ZCARD', hl)
 local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostring(min_delay),
                tostring(interval), tostring(paused), tostring(inflight)}
+-- Health of every endpoint looked at, so each process's mirror follows the shared counts.
+local seen, seen_at = {}, {}
 local function reply(code, id, at)
-  return {code, id or '', tostring(at or now), state}
+  return {code, id or '', tostring(at or now), state, seen}
 end
 if paused > now then return reply('paused', '', paused) end
 if inflight >= limit then return reply('host_full', '', now + poll) end
@@ -60,10 +64,10 @@ if next_start > now then return reply('host_spacing', '', next_start) end
 local function health(id)
   local ev = redis.call('HMGET', p .. 'e:' .. id, 'failures', 'unhealthy_until')
   local failures, unhealthy = tonumber(ev[1]) or 0, tonumber(ev[2]) or 0
-  if failures >= maxf and unhealthy <= now then
-    -- A dead endpoint is still re-checked, at the longest backoff.
-    unhealthy = now + backoff_max
-    redis.call('HSET', p .. 'e:' .. id, 'unhealthy_until', tostring(unhealthy))
+  if not seen_at[id] then
+    local n = #seen
+    seen[n + 1], seen[n + 2], seen[n + 3] = id, tostring(failures), tostring(unhealthy)
+    seen_at[id] = n + 3
   end
   return failures, unhealthy
 end
@@ -112,14 +116,20 @@ local chosen = nil
 for _, id in ipairs(cands) do
   local el = p .. 'el:' .. id
   redis.call('ZREMRANGEBYSCORE', el, '-inf', now)
+  local failures, unhealthy = health(id)
   if redis.call('ZCARD', el) >= epc then
     wake = math.min(wake, now + poll)
   else
-    local _, unhealthy = health(id)
     local next_allowed, cooldown, banned = pair(id)
     local ready = math.max(unhealthy, next_allowed, cooldown, banned)
     if ready <= now then
       chosen = id
+      if failures >= maxf then
+        -- A dead endpoint gets one probe per longest backoff: its result decides.
+        local until_ = now + backoff_max
+        redis.call('HSET', p .. 'e:' .. id, 'unhealthy_until', tostring(until_))
+        seen[seen_at[id]] = tostring(until_)
+      end
       break
     end
     wake = math.min(wake, ready)

@@ -213,3 +213,63 @@ async def test_a_short_outage_does_not_get_a_live_process_swept(redis_server) ->
     a.release(lease)
     client.close()
     await stop(a, b)
+
+
+@on_asyncio
+async def test_a_success_in_any_process_resets_the_shared_failure_count(redis_server) -> None:
+    a, b = gate(redis_server.url, backoff=(0.05, 0.2)), gate(redis_server.url, backoff=(0.05, 0.2))
+    for _ in range(3):  # fail, succeed, fail, ...: never three failures in a row
+        lease, _ = await granted(a.acquire("h"), timeout=2)
+        a.release(lease)
+        a.endpoint_failed(lease.endpoint.key)
+        await settle()
+        other, _ = await granted(b.acquire("h"), timeout=2)
+        b.release(other)
+        b.endpoint_ok(other.endpoint.key)
+        await settle()
+    client = admin(redis_server.url)
+    assert client.hget(f"t:e:{a._ids[lease.endpoint.key]}", "failures") == "0"
+    client.close()
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_dead_endpoint_gets_one_probe_per_longest_backoff(redis_server) -> None:
+    opts = {"n": 2, "backoff": (0.05, 0.5), "max_failures": 2}
+    a, b = gate(redis_server.url, **opts), gate(redis_server.url, **opts)
+    first, _ = await granted(a.acquire("h"))
+    busy, _ = await granted(a.acquire("h"))  # the other endpoint stays busy throughout
+    a.release(first)
+    dead = first.endpoint.key
+    a.endpoint_failed(dead)
+    a.endpoint_failed(dead)
+    await settle()
+    probe, _ = await granted(b.acquire("h"), timeout=2)  # once its backoff has passed
+    assert probe.endpoint.key == dead and not b.endpoint_usable(b.endpoints[dead])
+    b.release(probe)
+    # The probe's answer never came: the next look is a longest backoff later.
+    again, waited = await granted(a.acquire("h"), timeout=2)
+    assert again.endpoint.key == dead and waited >= 0.4
+    a.release(again)
+    a.endpoint_ok(dead)  # it answered: alive again, everywhere
+    await settle()
+    client = admin(redis_server.url)
+    assert client.hget(f"t:e:{a._ids[dead]}", "failures") == "0"
+    client.close()
+    a.release(busy)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_process_that_learns_from_redis_that_every_endpoint_is_dead_gives_up(redis_server) -> None:
+    calls: list[int] = []
+    a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2, on_all_unusable=lambda: calls.append(1))
+    for key in list(a.endpoints):
+        for _ in range(3):
+            a.endpoint_failed(key)
+    await settle()
+    waiting = b.acquire("h")
+    assert await until(lambda: calls, timeout=2)
+    waiting.addErrback(lambda f: None)
+    b.close("no usable endpoints")
+    await stop(a, b)

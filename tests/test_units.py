@@ -328,3 +328,24 @@ def test_expired_pairs_are_forgotten() -> None:
     ft.advance(2)
     gate.expire_leases(60)
     assert list(gate._pairs) == [(next(iter(gate.endpoints)), "a")]
+
+
+def test_a_dead_endpoint_is_probed_once_per_longest_backoff() -> None:
+    gate, ft = make_gate(n=2, delay=(0.0, 0.0), max_failures=2, backoff=(1.0, 10.0))
+    busy = granted([gate.acquire("a")])  # the other endpoint stays busy throughout
+    dead = next(key for key in gate.endpoints if key != busy[0].endpoint.key)
+    gate.endpoint_failed(dead)
+    gate.endpoint_failed(dead)  # dead, backoff 2 s
+    probe = granted([gate.acquire("a")])
+    ft.advance(1.9)
+    assert not probe
+    ft.advance(0.2)
+    assert probe and probe[0].endpoint.key == dead
+    gate.release(probe[0])
+    again = granted([gate.acquire("a")])
+    ft.advance(9.5)
+    assert not again
+    ft.advance(0.6)
+    assert again and again[0].endpoint.key == dead
+    gate.endpoint_ok(dead)
+    assert gate.endpoint_usable(gate.endpoints[dead])
