@@ -13,6 +13,7 @@ reactor, so the gate enforces every limit itself: requests wait here, in
 from __future__ import annotations
 
 import logging
+import math
 import random
 import time
 from collections import OrderedDict, deque
@@ -29,6 +30,10 @@ logger = logging.getLogger(__name__)
 
 CallLater = Callable[[float, Callable[[], None]], object]
 
+#: An (endpoint, host) pair is remembered this long after its timers run out,
+#: so the next request through it knows its gap (the Redis keys live as long).
+PAIR_MEMORY = 1.0
+
 
 @dataclass
 class Lease:
@@ -42,6 +47,9 @@ class Lease:
     released: bool = False
     #: Names the lease in a shared backend (empty for the in-memory gate).
     token: str = ""
+    #: Seconds since this endpoint's previous request to this host (inf: none
+    #: remembered). The throttle tells per-IP limits from host-wide ones by it.
+    gap: float = math.inf
 
 
 @dataclass(eq=False)
@@ -68,6 +76,7 @@ class EndpointState:
 
 @dataclass
 class _PairState:
+    last_granted: float = -math.inf
     next_allowed: float = 0.0
     cooldown_until: float = 0.0
     banned_until: float = 0.0
@@ -84,6 +93,9 @@ class HostState:
     # the throttle sets it when the host limits its total rate.
     interval: float = 0.0
     next_start: float = 0.0
+    #: Requests granted to the host so far (by every process, for a shared gate):
+    #: the throttle measures the rate actually sent from it.
+    grants: int = 0
     waiters: deque[_Waiter] = field(default_factory=deque, repr=False)
 
 
@@ -322,14 +334,14 @@ class LocalGate:
         return stale
 
     def _prune_pairs(self, now: float) -> None:
-        """Forget (endpoint, host) pairs whose timers have all run out.
+        """Forget (endpoint, host) pairs whose timers ran out ``PAIR_MEMORY`` ago.
 
         An expired pair constrains nothing, so dropping it changes no decision
         and keeps memory bounded by recent activity, not by endpoints x hosts.
         """
         done = [
             key for key, pair in self._pairs.items()
-            if max(pair.next_allowed, pair.cooldown_until, pair.banned_until) <= now
+            if max(pair.next_allowed, pair.cooldown_until, pair.banned_until) + PAIR_MEMORY <= now
         ]
         for key in done:
             del self._pairs[key]
@@ -551,17 +563,21 @@ class LocalGate:
         else:
             self._idle.move_to_end(key)
         h.inflight += 1
+        h.grants += 1
         h.next_start = now + h.interval
         low, high = h.delay
         spacing = max(self._rng.uniform(low, high), h.min_delay)
-        self._pair(key, waiter.host).next_allowed = now + spacing
+        pair = self._pair(key, waiter.host)
+        gap = now - pair.last_granted
+        pair.last_granted = now
+        pair.next_allowed = now + spacing
         if waiter.session is not None:
             s = self._sessions[waiter.session]
             s.busy = True
             s.requests += 1
             s.queue.popleft()
         waiter.done = True
-        lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created)
+        lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created, gap=gap)
         self._leases[id(lease)] = lease
         waiter.deferred.callback(lease)
 

@@ -332,7 +332,9 @@ class PoliteProxyMiddleware:
             if proxy_side:
                 self.gate.cool_endpoint(ep.key, None, delay)
             elif self.runtime.throttle is not None:
-                self.runtime.throttle.rate_limited(lease.host, ep, delay, status)
+                self.runtime.throttle.rate_limited(
+                    lease.host, ep, delay, status, gap=lease.gap, granted_at=lease.granted_at
+                )
             else:
                 self.gate.cool_endpoint(ep.key, lease.host, delay)
             return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=proxy_side)
@@ -346,7 +348,7 @@ class PoliteProxyMiddleware:
             )
             return self._requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:
-            self.runtime.throttle.ok(lease.host, status)
+            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
         self._record(request, lease, response=response)
         return response
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import secrets
@@ -50,6 +51,8 @@ logger = logging.getLogger(__name__)
 #: the pool is; a session's first request may look at this many to pin one.
 CANDIDATES = 64
 SESSION_CANDIDATES = 512
+#: A session's pin is forgotten after this long without a request.
+PIN_TTL = 3600.0
 #: Host-wide refusals: no other waiter of that host could be granted either.
 _HOST_CODES = frozenset({"paused", "host_full", "host_spacing"})
 #: Shared keys that nobody touches expire after this, so a namespace cleans itself up.
@@ -104,6 +107,7 @@ class RedisGate:
         max_failures: int,
         session_policy: str = "fail",
         lease_ttl: float = 5.0,
+        pin_ttl: float = PIN_TTL,
         poll: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -122,6 +126,7 @@ class RedisGate:
         self.max_failures = max_failures
         self.session_policy = session_policy
         self.lease_ttl = lease_ttl
+        self.pin_ttl = pin_ttl
         self.poll = poll
         self._clock = clock
         self._rng = rng or random.Random()
@@ -223,7 +228,7 @@ class RedisGate:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name.upper()))
             for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok")
+                         "endpoint_failed", "endpoint_ok", "unpin")
         }
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
@@ -538,11 +543,16 @@ class RedisGate:
                 ready = self._spacing.get((pinned, host), 0.0)
                 if ready > self._clock():
                     return "session_wait", ready - self._clock()
-                ids = [self._ids[pinned]]
-            else:
-                ids = [self._ids[k] for k, st in self._endpoints.items() if self.endpoint_usable(st)]
-                ids = ids[:SESSION_CANDIDATES]
+            # Every usable endpoint, this process's pin first: the script can repin
+            # (or tell a pin to an endpoint this process lacks) without another trip.
+            usable = [k for k, st in self._endpoints.items() if self.endpoint_usable(st) and k != pinned]
+            if pinned is not None and pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned]):
+                usable.insert(0, pinned)
+            hint = self._ids[usable[0]] if usable and usable[0] == pinned else ""
+            complete = "1" if len(usable) <= SESSION_CANDIDATES else "0"
+            ids = [self._ids[k] for k in usable[:SESSION_CANDIDATES]]
         else:
+            hint, complete = "", "0"
             ids = self._free_candidates(host)
         h = self.host(host)
         low, high = h.delay
@@ -550,7 +560,7 @@ class RedisGate:
         code, ep_id, at, state, health = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
-            u, self.poll, "1" if self.session_policy == "repin" else "0", *ids,
+            u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl, *ids,
         ])
         now = self._clock()
         redis_now = float(state[0])
@@ -564,9 +574,13 @@ class RedisGate:
                 # endpoint this process does not have: hand the slot straight back.
                 self._send_release(host, w, ep_id)
                 if not w.done and key is None:
-                    self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
+                    if self.session_policy == "repin":
+                        self._unpin(w.session, ep_id)  # type: ignore[arg-type]
+                    else:
+                        self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
                 return "refused", 0.0
-            self._grant(w, self._endpoints[key], h, now)
+            gap = float(state[9]) if len(state) > 9 else -1.0
+            self._grant(w, self._endpoints[key], h, now, gap if gap >= 0 else math.inf)
             # The same spacing the script drew, from the same band and the same u.
             lo, hi = h.delay
             self._spacing[(key, host)] = now + max(lo + u * (hi - lo), h.min_delay)
@@ -603,8 +617,10 @@ class RedisGate:
         h.interval = float(state[5])
         h.paused_until = now + (float(state[6]) - redis_now) if float(state[6]) > redis_now else 0.0
         self._fleet_inflight[host] = int(float(state[7]))
+        if len(state) > 8:
+            h.grants = int(float(state[8]))
 
-    def _grant(self, w: _Waiter, st: EndpointState, h: HostState, now: float) -> None:
+    def _grant(self, w: _Waiter, st: EndpointState, h: HostState, now: float, gap: float = math.inf) -> None:
         key = st.endpoint.key
         st.inflight += 1
         st.requests += 1
@@ -614,12 +630,16 @@ class RedisGate:
         h.waiters.remove(w)  # type: ignore[arg-type]
         if w.session is not None:
             s = self._sessions[w.session]
-            s.endpoint_key = key
+            old, s.endpoint_key = s.endpoint_key, key
+            if old is not None and old != key and self._on_session_repinned is not None:
+                # Repinned by the script (its endpoint died or left the pool, maybe elsewhere).
+                label = self._endpoints[old].endpoint.label if old in self._endpoints else old
+                self._on_session_repinned(s.key, label, "endpoint unusable")
             s.busy = True
             s.requests += 1
             s.queue.popleft()
         w.done = True
-        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token)
+        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap)
         self._leases[w.token] = lease
         w.deferred.callback(lease)
 
@@ -677,21 +697,17 @@ class RedisGate:
             old = self._endpoints[s.endpoint_key].endpoint.label
             if self.session_policy == "repin":
                 pinned, s.endpoint_key = s.endpoint_key, None
-                ep_id = self._ids[pinned]
-                session = s.key
-
-                async def unpin(session: str = session, ep_id: str = ep_id) -> None:
-                    if await self._client.hget(self.keys.pins, session) == ep_id:
-                        await self._client.hdel(self.keys.pins, session)
-                        await self._client.hincrby(self.keys.pin_counts, ep_id, -1)
-
-                self._op(unpin)
+                self._unpin(s.key, self._ids[pinned])
                 if self._on_session_repinned is not None:
                     self._on_session_repinned(s.key, old, "endpoint unusable")
                 continue
             s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
             for w in list(s.queue):
                 self._fail(w, SessionEndpointLost(s.lost))  # type: ignore[arg-type]
+
+    def _unpin(self, session: str, ep_id: str) -> None:
+        args = [self.keys.prefix, session, ep_id]
+        self._op(lambda: self._scripts["unpin"](args=args))
 
     def publish_stats(self, snap: dict[str, Any]) -> None:
         """Queue this process's stats snapshot, sent in order with the other updates."""

@@ -27,19 +27,27 @@ end
 #: ARGV: prefix, host, session ('' = none), token, ttl, endpoint_concurrency,
 #: default limit, default delay low, default delay high, max_failures,
 #: backoff max, u (uniform 0..1 for the jitter), poll, repin ('1'/'0'),
-#: candidate endpoint ids...
+#: this process's pin of the session ('' = none), '1' if the candidates are
+#: every usable endpoint of the process, pin idle TTL, candidate endpoint ids...
+#: A session's pin (``pin:<session>``) and its endpoint's share
+#: (``pc:<endpoint>``, session -> last use) expire after the idle TTL; a pin
+#: that is not among a complete candidate list (a later crawl with another
+#: pool) is treated like a dead one.
 #: The reply's fifth element lists (id, failures, unhealthy_until) of every
 #: endpoint the script looked at, for the process's health mirror.
 #: Returns {code, endpoint id, time, {now, limit, lo, hi, min_delay, interval,
-#: paused_until, fleet in-flight}}.
+#: paused_until, fleet in-flight, grants, gap}}; gap (seconds since the
+#: endpoint's previous request to the host, -1: none remembered) only when granted.
 ACQUIRE = _PRELUDE + """
 local p, host, session, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, epc = tonumber(ARGV[5]), tonumber(ARGV[6])
 local maxf, backoff_max = tonumber(ARGV[10]), tonumber(ARGV[11])
 local u, poll, repin = tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14] == '1'
+local hint, complete, pin_ttl = ARGV[15], ARGV[16] == '1', tonumber(ARGV[17])
 local now = clock()
 local hk = p .. 'h:' .. host
-local hv = redis.call('HMGET', hk, 'limit', 'lo', 'hi', 'min_delay', 'interval', 'next_start', 'paused_until')
+local hv = redis.call('HMGET', hk, 'limit', 'lo', 'hi', 'min_delay', 'interval', 'next_start', 'paused_until',
+                     'grants')
 local limit = tonumber(hv[1]) or tonumber(ARGV[7])
 local lo = tonumber(hv[2]) or tonumber(ARGV[8])
 local hi = tonumber(hv[3]) or tonumber(ARGV[9])
@@ -51,7 +59,7 @@ local hl = p .. 'hl:' .. host
 redis.call('ZREMRANGEBYSCORE', hl, '-inf', now)
 local inflight = redis.call('ZCARD', hl)
 local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostring(min_delay),
-               tostring(interval), tostring(paused), tostring(inflight)}
+               tostring(interval), tostring(paused), tostring(inflight), tostring(tonumber(hv[8]) or 0)}
 -- Health of every endpoint looked at, so each process's mirror follows the shared counts.
 local seen, seen_at = {}, {}
 local function reply(code, id, at)
@@ -76,17 +84,28 @@ local function pair(id)
   return tonumber(pv[1]) or 0, tonumber(pv[2]) or 0, tonumber(pv[3]) or 0
 end
 
-local cands = {}
-for i = 15, #ARGV do cands[#cands + 1] = ARGV[i] end
+local cands, offered = {}, {}
+for i = 18, #ARGV do
+  cands[#cands + 1] = ARGV[i]
+  offered[ARGV[i]] = true
+end
+local function sessions_on(id)
+  -- Sessions pinned to *id*, used within the pin idle TTL.
+  local pc = p .. 'pc:' .. id
+  redis.call('ZREMRANGEBYSCORE', pc, '-inf', now - pin_ttl)
+  return pc
+end
 if session ~= '' then
   if redis.call('EXISTS', p .. 'sl:' .. session) == 1 then return reply('session_busy', '', now + poll) end
-  local pin = redis.call('HGET', p .. 'pins', session)
+  local pk = p .. 'pin:' .. session
+  -- A pin that expired or was lost with a restarted Redis: this process's own pin holds.
+  local pin = redis.call('GET', pk) or (hint ~= '' and hint) or false
   if pin then
     local failures = health(pin)
-    if failures >= maxf then
+    if failures >= maxf or (complete and not offered[pin]) then
       if not repin then return reply('session_lost', pin, now) end
-      redis.call('HDEL', p .. 'pins', session)
-      redis.call('HINCRBY', p .. 'pinc', pin, -1)
+      redis.call('DEL', pk)
+      redis.call('ZREM', p .. 'pc:' .. pin, session)
       pin = false
     end
   end
@@ -97,17 +116,19 @@ if session ~= '' then
       local failures, unhealthy = health(id)
       local _, _, banned = pair(id)
       if failures < maxf and banned <= now then
-        local rank = tonumber(redis.call('HGET', p .. 'pinc', id)) or 0
+        local rank = redis.call('ZCARD', sessions_on(id))
         if best == nil or rank < best_rank or (rank == best_rank and unhealthy < best_unhealthy) then
           best, best_rank, best_unhealthy = id, rank, unhealthy
         end
       end
     end
     if best == nil then return reply('no_endpoint', '', now + 1) end
-    redis.call('HSET', p .. 'pins', session, best)
-    redis.call('HINCRBY', p .. 'pinc', best, 1)
     pin = best
   end
+  -- (Re)pin, and keep the pin alive for another idle TTL.
+  redis.call('SET', pk, pin, 'PX', math.ceil(pin_ttl * 1000))
+  redis.call('ZADD', sessions_on(pin), now, session)
+  keep(p .. 'pc:' .. pin, pin_ttl)
   cands = {pin}
 end
 
@@ -151,8 +172,11 @@ end
 if interval > 0 then redis.call('HSET', hk, 'next_start', tostring(now + interval)) end
 local spacing = math.max(lo + u * (hi - lo), min_delay)
 local pk = p .. 'p:' .. chosen .. ':' .. host
-redis.call('HSET', pk, 'next_allowed', tostring(now + spacing))
+local last = tonumber(redis.call('HGET', pk, 'granted'))
+redis.call('HSET', pk, 'next_allowed', tostring(now + spacing), 'granted', tostring(now))
 keep(pk, spacing + 1)
+state[9] = tostring(redis.call('HINCRBY', hk, 'grants', 1))
+state[10] = last and tostring(now - last) or '-1'
 return reply('granted', chosen, now)
 """
 
@@ -199,6 +223,15 @@ for i = 4, #ARGV, 4 do
   end
 end
 return {tostring(now), lapsed, (beat and beat > now) and 0 or 1}
+"""
+
+#: Unpin a session from an endpoint this process found unusable (unless another
+#: process has pinned it elsewhere meanwhile). ARGV: prefix, session, endpoint id.
+UNPIN = """
+local p, session, id = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('GET', p .. 'pin:' .. session) == id then redis.call('DEL', p .. 'pin:' .. session) end
+redis.call('ZREM', p .. 'pc:' .. id, session)
+return 1
 """
 
 #: Processes whose heartbeat ran out: move the requests they held to the

@@ -1,21 +1,36 @@
-"""HostThrottle: adapts each host's concurrency and spacing to its 429s.
+"""HostThrottle: adapts each host's rate, spacing and concurrency to its 429s.
 
-AIMD, as TCP does it: a rate signal halves the host's concurrency for the
-whole pool (floor 1) and widens each endpoint's spacing (the remedy for a
-per-IP limit). Signals from several endpoints at once mean a host-wide
-limit: the host pauses and its total request rate is halved (a minimum
-interval between any two requests to it, which is what slows a pool
-against a fast site, where fewer requests in flight alone would not). A
-window of clean responses adds one back (up to
-``POLITE_HOST_CONCURRENCY_MAX``), raises the host rate and narrows spacing
-toward ``POLITE_DELAY`` (or, with ``POLITE_ADAPTIVE``, below it down to
-``POLITE_DELAY_FLOOR``). A host that keeps answering 429 at the floor is
-parked for a growing interval.
+Sites limit in two ways, and each needs its own remedy, so the throttle
+searches two values separately:
+
+- the **host rate**, a minimum interval between any two requests to the host
+  from the whole pool, against a host-wide cap;
+- each endpoint's **spacing** (the ``POLITE_DELAY`` band), against a per-IP
+  limit.
+
+A rate signal is blamed on spacing when its endpoint was reused within the
+spacing band and no clean answer has come after a gap that short; otherwise
+on the host. The host rate is searched as TCP searches a window: it climbs a
+step per clean answer while it is what limits the pool (in adaptive mode it
+starts there, at the rate of its concurrency at the shortest spacing), a
+signal falls back to the last clean rate (or cuts by ``POLITE_BACKOFF_FACTOR``
+if that rate was the one that failed), and the host holds just below the rate
+that failed for half a recovery window before probing above it again. A host
+rate that no longer limits anything is dropped. Spacing moves just above the
+longest gap that drew a per-IP signal; in adaptive mode it narrows a step per
+clean answer toward ``POLITE_DELAY_FLOOR`` (never within that margin of the
+failing gap), while the spacing, not the host rate, limits the pool.
+
+Concurrency keeps plain AIMD: a signal halves it (once per recovery window,
+floor 1), a clean window adds one back, up to ``POLITE_HOST_CONCURRENCY_MAX``.
+Several endpoints limited at once pause the host for the Retry-After. A host
+that keeps answering 429 at concurrency 1 is parked for a growing interval.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -32,37 +47,89 @@ if TYPE_CHECKING:
 
     from .config import PoliteConfig
     from .endpoints import Endpoint
-    from .gate import LocalGate
+    from .gate import HostState, LocalGate
 
 logger = logging.getLogger(__name__)
 
-#: How much a 429 widens spacing, and how much a clean window narrows it.
-DELAY_GROWTH = 1.25
+#: Without adaptive mode, a clean window narrows raised spacing back toward
+#: ``POLITE_DELAY`` by this factor.
 DELAY_SHRINK = 0.85
-#: Spacing never grows past this multiple of ``POLITE_DELAY``.
+#: Spacing never grows past this multiple of ``POLITE_DELAY``'s upper end.
 DELAY_CEILING = 4.0
-#: In adaptive mode the jitter band narrows by this much more than the delay,
-#: down to this fraction of the delay.
-JITTER_SHRINK = 0.7
-MIN_JITTER = 0.2
+#: A per-IP signal puts the spacing band this share above the gap that drew
+#: it; a shorter clean gap within ``SPACING_REACH`` above it is taken instead.
+SPACING_MARGIN = 0.05
+SPACING_REACH = 0.15
+#: Adaptive mode narrows the spacing by this factor per clean answer, and the
+#: jitter band by ``JITTER_STEP``, down to ``MIN_JITTER`` of the delay: a narrow
+#: band just above a limit beats a wide one straddling it.
+SPACING_STEP = 0.95
+JITTER_STEP = 0.9
+MIN_JITTER = 0.1
+#: A gap this share beyond the band still counts as "within the band" (timers
+#: and the network add a little to every gap).
+GAP_TOLERANCE = 0.05
+#: Each clean window eases the memory of the longest failing gap by this factor,
+#: so a limit that relaxes is found again.
+BAD_GAP_DECAY = 0.97
+#: Each clean answer sent at the current host rate raises it by this share; a
+#: host holds one step below the rate that last failed.
+RATE_STEP = 0.1
+#: The rate actually sent is measured over this many seconds of gate grants
+#: (at least ``RATE_SPAN_MIN``), for a first cut when the host had no rate yet.
+RATE_WINDOW = 3.0
+RATE_SPAN_MIN = 1.0
+#: A signal at a rate with this many clean answers per failure is noise or a
+#: small drop (one step down); fewer, a real drop (``POLITE_BACKOFF_FACTOR``).
+RATE_CLEAN_SHARE = 3
 #: A host interval below this is dropped: the other limits bind first.
 MIN_INTERVAL = 0.02
 
 
 @dataclass
 class _HostPolicy:
-    last_change: float = 0.0
-    last_decrease: float = -1e9
-    last_signal: float = -1e9
+    created: float
+    #: Last clean-window step (concurrency, spacing restored toward POLITE_DELAY).
+    last_change: float
+    last_decrease: float = -math.inf
+    last_signal: float = -math.inf
+    #: Host-blamed signals within the pause window: (time, endpoint key).
     recent: deque[tuple[float, str]] = field(default_factory=deque)
     floor_hits: int = 0
     parks: int = 0
-    clean: int = 0
-    answers: deque[float] = field(default_factory=deque)
+    #: Answers to requests granted before this were sent at an older host rate.
+    rate_changed: float = -math.inf
+    #: The host rate (req/s) last answered cleanly, and the lowest one that drew
+    #: a signal since: the host holds just below it before probing past it.
+    good: float | None = None
+    bad: float | None = None
+    #: The rate of the last failure (kept while probing), and whether the limit
+    #: has been seen to move (a failure far below it, or a clean climb far past
+    #: it): such a host is re-probed twice as often.
+    ceiling: float | None = None
+    moved: bool = False
+    #: Clean and failed answers to requests sent at the current host rate.
+    clean_n: int = 0
+    failed_n: int = 0
+    #: (time, the gate's grant count for the host), for the rate actually sent.
+    grants: deque[tuple[float, int]] = field(default_factory=deque)
+    spacing_changed: float = -math.inf
+    #: The longest endpoint gap that drew a per-IP signal, and when.
+    bad_gap: float = 0.0
+    bad_gap_at: float = -math.inf
+    #: Clean answers' gaps over the last recovery window, (time, gap) with
+    #: increasing gaps, so the first one is the shortest.
+    clean_gaps: deque[tuple[float, float]] = field(default_factory=deque)
 
 
 class ThrottlePolicy:
-    """The decisions, free of Scrapy, so they can be tested on their own."""
+    """The decisions, free of Scrapy, so they can be tested on their own.
+
+    ``gap`` is the seconds since the answering request's endpoint last sent to
+    the host, and ``granted_at`` when the gate let the request go (both from the
+    :class:`~scrapy_polite.gate.Lease`); without them every answer counts as sent
+    now after a long gap.
+    """
 
     def __init__(
         self,
@@ -77,68 +144,41 @@ class ThrottlePolicy:
         self.notify = notify or (lambda *a: None)
         self._hosts: dict[str, _HostPolicy] = {}
 
-    def _policy(self, host: str) -> _HostPolicy:
-        p = self._hosts.get(host)
-        if p is None:
-            p = self._hosts[host] = _HostPolicy(last_change=self.clock())
-        return p
+    # -- answers ------------------------------------------------------------
 
-    def _snapshot(self, host: str) -> dict[str, Any]:
-        h = self.gate.host(host)
-        return {"concurrency": h.limit, "delay": h.delay, "interval": h.interval, "paused_until": h.paused_until}
-
-    def _observed_rate(self, p: _HostPolicy, now: float) -> float:
-        """Answers per second from the host over the last pause window."""
-        window = self.config.host_pause_window
-        p.answers.append(now)
-        while p.answers and p.answers[0] < now - window:
-            p.answers.popleft()
-        span = min(window, max(1.0, now - p.answers[0]))
-        return len(p.answers) / span
-
-    def rate_limited(self, host: str, endpoint: Endpoint, delay: float, status: int = 429) -> None:
+    def rate_limited(
+        self,
+        host: str,
+        endpoint: Endpoint,
+        delay: float,
+        status: int = 429,
+        *,
+        gap: float = math.inf,
+        granted_at: float | None = None,
+    ) -> None:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
         cfg, gate, now = self.config, self.gate, self.clock()
         p = self._policy(host)
-        p.clean = 0
+        old = self._snapshot(host)
         p.last_signal = now
-        rate = self._observed_rate(p, now)
+        sent = self._sent_rate(p, host, now)
         gate.cool_endpoint(endpoint.key, host, delay)
         h = gate.host(host)
-        old = self._snapshot(host)
-        reasons = []
-        # One decrease per recovery window: a burst of 429s is one signal.
+        changes: list[str] = []
+        if self._blames_spacing(p, h, gap, now):
+            changes += self._raise_spacing(p, host, gap, now)
+        else:
+            sent_at = now if granted_at is None else granted_at
+            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now)
+        # One concurrency decrease per recovery window: a burst of 429s is one signal.
         if now - p.last_decrease >= max(1.0, cfg.recovery_window):
             p.last_decrease = now
             p.last_change = now
             if h.limit > 1:
                 gate.set_host_limit(host, max(1, int(h.limit * cfg.backoff_factor)))
-                reasons.append(f"{status} via {endpoint.label}")
+                changes.append(f"concurrency {old['concurrency']} -> {h.limit}")
             else:
                 p.floor_hits += 1
-            base_lo, base_hi = cfg.delay
-            lo, hi = h.delay
-            ceiling = DELAY_CEILING * base_hi
-            if hi < ceiling:
-                widen = min(DELAY_GROWTH, ceiling / hi if hi else DELAY_GROWTH)
-                gate.set_host_delay(host, (max(lo * widen, cfg.delay_floor), max(hi * widen, base_lo or 0.1)))
-                reasons.append("spacing widened")
-        p.recent.append((now, endpoint.key))
-        while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
-            p.recent.popleft()
-        distinct = len({k for _, k in p.recent})
-        if distinct >= cfg.host_pause_endpoints and h.paused_until < now:
-            # Several exit IPs limited at once: the host caps its total rate, so
-            # fewer requests per endpoint would not help; slow the host itself.
-            gate.pause_host(host, delay)
-            reasons.append(
-                f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s"
-            )
-            p.recent.clear()
-            if rate > 0:
-                interval = max(h.interval / cfg.backoff_factor, 1.0 / (rate * cfg.backoff_factor))
-                gate.set_host_interval(host, min(interval, cfg.delay[1] * DELAY_CEILING))
-                reasons.append(f"host rate {rate:.2f} -> {1 / h.interval:.2f} req/s")
         if p.floor_hits >= cfg.park_after:
             p.floor_hits = 0
             p.parks += 1
@@ -149,48 +189,233 @@ class ThrottlePolicy:
                 "scrapy-polite: %s keeps answering %d at concurrency 1; parked for %.0f s (park #%d)",
                 host, status, park, p.parks,
             )
-            reasons.append(f"parked {park:.0f} s")
-        if reasons:
-            self.notify(host, old, self._snapshot(host), "; ".join(reasons))
+            changes.append(f"parked {park:.0f} s")
+        if changes:
+            self.notify(host, old, self._snapshot(host), "; ".join([f"{status} via {endpoint.label}", *changes]))
 
-    def ok(self, host: str, status: int) -> None:
-        """A clean answer from *host*: after a clean window, step back up."""
+    def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None) -> None:
+        """A clean answer from *host*: a step of each search, and after a clean window, of concurrency."""
         cfg, now = self.config, self.clock()
         p = self._policy(host)
-        p.clean += 1
-        self._observed_rate(p, now)
-        if now - p.last_change < cfg.recovery_window or now - p.last_signal < cfg.recovery_window:
-            return
-        h = self.gate.host(host)
         old = self._snapshot(host)
-        reasons = []
-        if h.limit < cfg.host_concurrency_max:
-            self.gate.set_host_limit(host, h.limit + 1)
-            reasons.append("clean window: +1 concurrency")
-        if h.interval > 0:
-            interval = h.interval * DELAY_SHRINK
-            self.gate.set_host_interval(host, interval if interval >= MIN_INTERVAL else 0.0)
-            reasons.append("clean window: host rate raised")
-        floor_lo = cfg.delay_floor if cfg.adaptive else cfg.delay[0]
+        sent_at = now if granted_at is None else granted_at
+        self._remember_clean_gap(p, gap, now)
+        self._sent_rate(p, host, now)
+        changes: list[str] = []
+        if sent_at >= p.rate_changed:
+            changes += self._rate_step(p, host, now)
+        if cfg.adaptive and sent_at - gap >= p.spacing_changed and self.gate.host(host).interval <= 0:
+            # A step per answer whose whole gap was drawn from the current band (one
+            # per spacing, as TCP grows once per round trip); and only while the host
+            # has no rate of its own, under which narrower spacing gains nothing.
+            changes += self._narrow_spacing(p, host, now)
+        if now - p.last_change >= cfg.recovery_window and now - p.last_signal >= cfg.recovery_window:
+            changes += self._clean_window(p, host, now)
+        if changes:
+            self.notify(host, old, self._snapshot(host), "; ".join(changes))
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def _policy(self, host: str) -> _HostPolicy:
+        p = self._hosts.get(host)
+        if p is None:
+            now = self.clock()
+            p = self._hosts[host] = _HostPolicy(created=now, last_change=now)
+            h = self.gate.host(host)
+            p.grants.append((now, h.grants))
+            cfg = self.config
+            if cfg.adaptive and h.interval <= 0 and cfg.delay[0] > 0:
+                # Slow start: a new host begins at its concurrency at the shortest
+                # spacing, and climbs from there while its answers stay clean.
+                before = self._snapshot(host)
+                reason = self._set_rate(p, host, cfg.host_concurrency / cfg.delay[0], now)
+                self.notify(host, before, self._snapshot(host), f"slow start: {reason}")
+        return p
+
+    def _snapshot(self, host: str) -> dict[str, Any]:
+        h = self.gate.host(host)
+        return {"concurrency": h.limit, "delay": h.delay, "interval": h.interval, "paused_until": h.paused_until}
+
+    def _sent_rate(self, p: _HostPolicy, host: str, now: float) -> float:
+        """Requests per second the gate granted to *host* over the last ``RATE_WINDOW`` seconds."""
+        grants = self.gate.host(host).grants
+        p.grants.append((now, grants))
+        while len(p.grants) > 2 and p.grants[1][0] <= now - RATE_WINDOW:
+            p.grants.popleft()
+        t0, g0 = p.grants[0]
+        return max(0, grants - g0) / max(now - t0, RATE_SPAN_MIN)
+
+    def _remember_clean_gap(self, p: _HostPolicy, gap: float, now: float) -> None:
+        window = self.config.recovery_window
+        if math.isfinite(gap):
+            while p.clean_gaps and p.clean_gaps[-1][1] >= gap:
+                p.clean_gaps.pop()
+            p.clean_gaps.append((now, gap))
+        while p.clean_gaps and p.clean_gaps[0][0] < now - window:
+            p.clean_gaps.popleft()
+
+    def _shortest_clean_gap(self, p: _HostPolicy, now: float) -> float:
+        self._remember_clean_gap(p, math.inf, now)
+        return p.clean_gaps[0][1] if p.clean_gaps else math.inf
+
+    # -- spacing (per-IP limits) ------------------------------------------------
+
+    def _blames_spacing(self, p: _HostPolicy, h: HostState, gap: float, now: float) -> bool:
+        """A per-IP limit: the endpoint came back within its band, sooner than any clean answer's."""
+        return gap <= h.delay[1] * (1 + GAP_TOLERANCE) and gap < self._shortest_clean_gap(p, now)
+
+    def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float) -> list[str]:
+        """Put the spacing band just above *gap*, which was too short for the site."""
+        cfg, h = self.config, self.gate.host(host)
+        p.bad_gap = max(p.bad_gap, gap)
+        p.bad_gap_at = now
         lo, hi = h.delay
-        if lo > floor_lo + 1e-9:
-            new_lo = max(floor_lo, lo * DELAY_SHRINK)
-            scale = new_lo / lo if lo else DELAY_SHRINK
-            if cfg.adaptive:
-                # The jitter narrows faster than the delay, but never to zero: a
-                # narrow band just above the limit beats a wide one straddling it.
-                new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * scale * JITTER_SHRINK)
+        new_lo = min(self._spacing_target(p, now), DELAY_CEILING * cfg.delay[1])
+        if new_lo <= lo:
+            return []
+        new_hi = new_lo * (1 + MIN_JITTER)
+        if not cfg.adaptive:
+            new_hi = max(new_hi, hi)  # never narrower than POLITE_DELAY without adaptive mode
+        self.gate.set_host_delay(host, (new_lo, new_hi))
+        p.spacing_changed = now
+        return [f"spacing raised above the {gap:.2f} s gap that drew it"]
+
+    def _spacing_target(self, p: _HostPolicy, now: float) -> float:
+        """The shortest spacing the last per-IP signal allows: just above its gap, or
+        the shortest clean gap if that is near (fresh knowledge only)."""
+        target = p.bad_gap * (1 + SPACING_MARGIN)
+        if now - p.bad_gap_at < self.config.recovery_window:
+            target = max(target, min(self._shortest_clean_gap(p, now), p.bad_gap * (1 + SPACING_REACH)))
+        return target
+
+    def _spacing_floor(self, p: _HostPolicy, now: float) -> float:
+        cfg = self.config
+        return max(cfg.delay_floor if cfg.adaptive else cfg.delay[0], self._spacing_target(p, now))
+
+    def _narrow_spacing(self, p: _HostPolicy, host: str, now: float) -> list[str]:
+        """Adaptive mode: one step below the current spacing, while it is what limits the pool."""
+        lo, hi = self.gate.host(host).delay
+        new_lo = min(lo, max(self._spacing_floor(p, now), lo * SPACING_STEP))
+        new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
+        if new_hi >= hi - 1e-6:
+            return []
+        self.gate.set_host_delay(host, (new_lo, new_hi))
+        p.spacing_changed = now
+        return ["clean answer: spacing narrowed"]
+
+    # -- host rate (host-wide caps) ------------------------------------------
+
+    def _host_signal(
+        self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float
+    ) -> list[str]:
+        """A signal not explained by the endpoint's spacing: the host's total rate."""
+        cfg, gate = self.config, self.gate
+        h = gate.host(host)
+        changes: list[str] = []
+        p.recent.append((now, endpoint.key))
+        while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
+            p.recent.popleft()
+        distinct = len({k for _, k in p.recent})
+        wide = distinct >= cfg.host_pause_endpoints
+        if wide and h.paused_until < now:
+            gate.pause_host(host, delay)
+            p.recent.clear()
+            changes.append(
+                f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s"
+            )
+        if sent_at < p.rate_changed:
+            return changes  # sent at an older rate, already answered for
+        if h.interval > 0:
+            # The host rate drew the signal: back to the clean rate it just climbed
+            # from; a step down if this rate has been mostly clean (noise, or a
+            # small drop); else a cut.
+            rate = 1 / h.interval
+            p.failed_n += 1
+            if p.good is not None and p.good < rate:
+                new = p.good
+            elif p.clean_n >= RATE_CLEAN_SHARE * p.failed_n:
+                new = rate / (1 + RATE_STEP)
             else:
-                new_hi = max(cfg.delay[1], hi * scale)
-            self.gate.set_host_delay(host, (new_lo, new_hi))
-            reasons.append("clean window: spacing narrowed")
-        elif not cfg.adaptive and hi > cfg.delay[1]:
-            self.gate.set_host_delay(host, cfg.delay)
-            reasons.append("clean window: spacing restored")
+                new = rate * cfg.backoff_factor
+            failed = rate
+        elif wide:
+            # No host rate yet: cut what was actually sent, and climb back toward it.
+            new = sent * cfg.backoff_factor
+            failed = sent
+        else:
+            return changes
+        if p.ceiling is not None and failed < p.ceiling / (1 + RATE_STEP) ** 2:
+            p.moved = True
+        p.bad = p.ceiling = failed
+        p.good = None
+        changes.append(self._set_rate(p, host, new, now))
+        return changes
+
+    def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
+        """A clean answer sent at the current host rate: climb, or hold below the last failure."""
+        h = self.gate.host(host)
+        if h.interval <= 0:
+            return []
+        rate = 1 / h.interval
+        p.good = rate
+        p.clean_n += 1
+        if p.bad is not None and rate * (1 + RATE_STEP) >= p.bad * (1 - 1e-9):
+            if now - p.rate_changed < self.config.recovery_window / (2 if p.moved else 1):
+                return []  # hold one step below the rate that failed
+            p.bad = None  # then probe past it: limits move
+        if p.ceiling is not None and rate > p.ceiling * (1 + RATE_STEP) ** 2:
+            p.moved = True
+        new: float | None = rate * (1 + RATE_STEP)
+        if p.bad is None and rate > (1 + RATE_STEP) * self._pool_rate(h):
+            new = None  # past what the pool can send at its spacing: the host rate limits nothing
+        return [self._set_rate(p, host, new, now)]
+
+    def _pool_rate(self, h: HostState) -> float:
+        """Requests per second the pool can send to a host at its current spacing."""
+        lo, hi = h.delay
+        mean = max((lo + hi) / 2, h.min_delay)
+        slots = len(self.gate.endpoints) * self.gate.endpoint_concurrency
+        return slots / mean if mean > 0 else math.inf
+
+    def _set_rate(self, p: _HostPolicy, host: str, rate: float | None, now: float) -> str:
+        """Set the host rate (``None``: none) and return what changed."""
+        old = self.gate.host(host).interval
+        longest = DELAY_CEILING * max(self.config.delay[1], 1.0)
+        interval = 0.0 if rate is None else min(1 / rate, longest) if rate > 0 else longest
+        if interval < MIN_INTERVAL:
+            interval = 0.0
+        self.gate.set_host_interval(host, interval)
+        p.rate_changed = now
+        p.clean_n = p.failed_n = 0
+        return f"host rate {_rate(old)} -> {_rate(interval)}"
+
+    # -- clean windows ----------------------------------------------------------
+
+    def _clean_window(self, p: _HostPolicy, host: str, now: float) -> list[str]:
+        """A recovery window without a signal: +1 concurrency, spacing back toward POLITE_DELAY."""
+        cfg, h = self.config, self.gate.host(host)
         p.last_change = now
         p.floor_hits = 0
-        if reasons:
-            self.notify(host, old, self._snapshot(host), "; ".join(reasons))
+        p.bad_gap *= BAD_GAP_DECAY
+        changes: list[str] = []
+        if h.limit < cfg.host_concurrency_max:
+            self.gate.set_host_limit(host, h.limit + 1)
+            changes.append("clean window: +1 concurrency")
+        if not cfg.adaptive:
+            lo, hi = h.delay
+            floor = self._spacing_floor(p, now)
+            if lo > floor + 1e-9:
+                new_lo = max(floor, lo * DELAY_SHRINK)
+                self.gate.set_host_delay(host, (new_lo, max(cfg.delay[1], hi * new_lo / lo)))
+                changes.append("clean window: spacing narrowed")
+            elif hi > cfg.delay[1] + 1e-9 and lo <= cfg.delay[0] + 1e-9:
+                self.gate.set_host_delay(host, cfg.delay)
+                changes.append("clean window: spacing restored")
+        return changes
+
+
+def _rate(interval: float) -> str:
+    return f"{1 / interval:.2f} req/s" if interval > 0 else "unlimited"
 
 
 class HostThrottle:
