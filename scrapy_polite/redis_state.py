@@ -92,15 +92,13 @@ class Keys:
     def session_lock(self, session: str) -> str:
         return f"{self.prefix}sl:{session}"
 
-    @property
-    def pins(self) -> str:
-        """Hash: session key -> endpoint id."""
-        return f"{self.prefix}pins"
+    def pin(self, session: str) -> str:
+        """String: the endpoint id a session is pinned to; expires when the session idles."""
+        return f"{self.prefix}pin:{session}"
 
-    @property
-    def pin_counts(self) -> str:
-        """Hash: endpoint id -> number of sessions pinned to it."""
-        return f"{self.prefix}pinc"
+    def pin_sessions(self, ep_id: str) -> str:
+        """Sorted set: session -> last use, of the sessions pinned to an endpoint (trimmed by age)."""
+        return f"{self.prefix}pc:{ep_id}"
 
     @property
     def procs(self) -> str:

@@ -9,24 +9,26 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import pytest
 import pytest_twisted
 import redis
 from twisted.internet.defer import Deferred
 
 from scrapy_polite.endpoints import Endpoint
+from scrapy_polite.errors import SessionEndpointLost
 from scrapy_polite.gate import Lease
 from scrapy_polite.redis_gate import RedisGate
 
 
-def endpoints(n: int) -> list[Endpoint]:
+def endpoints(n: int, first: int = 0) -> list[Endpoint]:
     return [Endpoint(key=f"http://127.0.0.{i + 2}:8000", url=f"http://127.0.0.{i + 2}:8000",
-                     label=f"ep{i}") for i in range(n)]
+                     label=f"ep{i}") for i in range(first, first + n)]
 
 
-def gate(url: str, n: int = 1, namespace: str = "t", **kw) -> RedisGate:
+def gate(url: str, n: int = 1, namespace: str = "t", first: int = 0, **kw) -> RedisGate:
     opts = {"host_concurrency": 2, "endpoint_concurrency": 1, "delay": (0.0, 0.0), "backoff": (1.0, 5.0),
             "max_failures": 3, "lease_ttl": 1.5, "poll": 0.02, **kw}
-    g = RedisGate(endpoints(n), url=url, namespace=namespace, **opts)
+    g = RedisGate(endpoints(n, first), url=url, namespace=namespace, **opts)
     g.start()
     return g
 
@@ -273,3 +275,88 @@ async def test_a_process_that_learns_from_redis_that_every_endpoint_is_dead_give
     waiting.addErrback(lambda f: None)
     b.close("no usable endpoints")
     await stop(a, b)
+
+
+@on_asyncio
+async def test_a_session_repins_when_its_endpoint_dies_in_another_process(redis_server) -> None:
+    moved: list[tuple[str, str | None]] = []
+    opts = {"n": 2, "session_policy": "repin"}
+    a = gate(redis_server.url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
+    b = gate(redis_server.url, **opts)
+    first, _ = await granted(a.acquire("h", session="u"))
+    a.release(first)
+    for _ in range(3):
+        b.endpoint_failed(first.endpoint.key)  # dead, and a has not seen it fail
+    await settle()
+    second, _ = await granted(a.acquire("h", session="u"), timeout=2)
+    assert second.endpoint.key != first.endpoint.key
+    assert moved == [("u", first.endpoint.label)]
+    a.release(second)
+    await settle()
+    client = admin(redis_server.url)  # unpinned in one script: pin and share moved together
+    assert client.get("t:pin:u") == a._ids[second.endpoint.key]
+    assert client.zscore(f"t:pc:{a._ids[first.endpoint.key]}", "u") is None
+    assert client.zscore(f"t:pc:{a._ids[second.endpoint.key]}", "u") is not None
+    client.close()
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_session_repinned_by_another_process_follows_here(redis_server) -> None:
+    moved: list[tuple[str, str | None]] = []
+    opts = {"n": 2, "session_policy": "repin"}
+    a = gate(redis_server.url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
+    b = gate(redis_server.url, **opts)
+    first, _ = await granted(a.acquire("h", session="u"))
+    a.release(first)
+    for _ in range(3):
+        b.endpoint_failed(first.endpoint.key)
+    await settle()
+    other, _ = await granted(b.acquire("h", session="u"), timeout=2)  # b repins u
+    b.release(other)
+    b.endpoint_ok(first.endpoint.key)  # the first endpoint is back
+    await settle()
+    again, _ = await granted(a.acquire("h", session="u"), timeout=2)
+    assert again.endpoint.key == other.endpoint.key != first.endpoint.key
+    assert moved == [("u", first.endpoint.label)]  # the move is reported here too
+    a.release(again)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_pin_outside_this_process_pool_is_treated_as_dead(redis_server) -> None:
+    earlier = gate(redis_server.url, n=2)
+    for session in ("u", "v"):
+        lease, _ = await granted(earlier.acquire("h", session=session))
+        earlier.release(lease)
+    await stop(earlier)
+    # A later crawl in the same namespace, with another pool.
+    repin = gate(redis_server.url, n=2, first=5, session_policy="repin")
+    lease, _ = await granted(repin.acquire("h", session="u"), timeout=2)
+    assert lease.endpoint.key in repin.endpoints
+    repin.release(lease)
+    strict = gate(redis_server.url, n=2, first=5)
+    lost = strict.acquire("h", session="v")
+    with pytest.raises(SessionEndpointLost):
+        await granted(lost, timeout=2)
+    await stop(repin, strict)
+
+
+@on_asyncio
+async def test_pins_expire_when_the_session_idles(redis_server) -> None:
+    a = gate(redis_server.url, n=2, pin_ttl=1.0)
+    first, _ = await granted(a.acquire("h", session="u"))
+    a.release(first)
+    pinned = a._ids[first.endpoint.key]
+    client = admin(redis_server.url)
+    assert client.get("t:pin:u") == pinned and 0 < client.pttl("t:pin:u") <= 1000
+    assert client.zcard(f"t:pc:{pinned}") == 1
+    await asyncio.sleep(1.2)
+    assert client.get("t:pin:u") is None
+    # Its share of the endpoint went with it: a new session may take that endpoint again.
+    other, _ = await granted(a.acquire("h", session="w"))
+    assert other.endpoint.key == first.endpoint.key
+    assert client.zrange(f"t:pc:{pinned}", 0, -1) == ["w"]
+    a.release(other)
+    client.close()
+    await stop(a)
