@@ -1,8 +1,7 @@
 """The crawl side of a ``scrapy polite-tune`` trial: a hard request allowance and a stop on bans.
 
 ``scrapy polite-tune`` runs each trial as ``scrapy crawl`` with
-``-s POLITE_TUNE_TRIAL_FILE=<path>``, ``-s POLITE_TUNE_TRIAL_REQUESTS=<n>``
-and ``-s POLITE_TUNE_TRIAL_WARMUP=<k>``.
+``-s POLITE_TUNE_TRIAL_FILE=<path>`` and ``-s POLITE_TUNE_TRIAL_REQUESTS=<n>``.
 When the first is set, the add-on enables :class:`TrialGuard`, a
 downloader middleware placed before the polite middleware (600 < 650):
 
@@ -18,11 +17,13 @@ downloader middleware placed before the polite middleware (600 < 650):
   requests waiting at the gate are dropped, and the spider closes;
 - at the end it writes a JSON result: what was admitted and sent, the
   package's own numbers (:meth:`scrapy_polite.stats.PoliteStats.summary`),
-  and the same outcomes measured after the first *k* answers. A fresh
-  process starts with every endpoint idle, so its first requests leave
-  together; against a host-wide limit that first burst alone can get 429s
-  that a long crawl would barely notice. The rates past the warm-up are the
-  ones the search compares; bans count from the first request.
+  and the 429s among *paced* answers: every answer except the first through
+  each endpoint. A fresh process starts with every endpoint idle, so those
+  first requests leave together, with no ``POLITE_DELAY`` before them;
+  against a host-wide limit that start-up burst alone gets 429s that a long
+  crawl would barely notice, whatever the settings. A delay that is too
+  short shows on the paced answers, which the search compares. Bans count
+  on every answer.
 
 These two settings are for trial crawls only; nothing else sets them.
 """
@@ -52,7 +53,6 @@ logger = logging.getLogger(__name__)
 
 FILE_SETTING = "POLITE_TUNE_TRIAL_FILE"
 REQUESTS_SETTING = "POLITE_TUNE_TRIAL_REQUESTS"
-WARMUP_SETTING = "POLITE_TUNE_TRIAL_WARMUP"
 #: Before the polite middleware (650): nothing over the allowance is leased an endpoint.
 PRIORITY = 600
 #: Finish reasons of a trial stopped by the guard.
@@ -85,9 +85,9 @@ class TrialGuard:
         self.first_ban: dict[str, Any] | None = None
         self.last_answer: float | None = None
         self.attempts = 0
-        self.warmup = max(0, settings.getint(WARMUP_SETTING, 0))
-        #: (time, success, rate-limited) of every answer, in order; at most the allowance plus re-queues.
-        self.answers: list[tuple[float, bool, bool]] = []
+        self._used_endpoints: set[str] = set()
+        self.paced_attempts = 0
+        self.paced_rate_limited = 0
         self.statuses: Counter[str] = Counter()
         self.cooldown_until = 0.0
         self._closing = False
@@ -130,7 +130,11 @@ class TrialGuard:
             return
         self.attempts += 1
         self.last_answer = outcome.time
-        self.answers.append((outcome.time, outcome.success, outcome.rate_limited))
+        if outcome.endpoint is not None and outcome.endpoint not in self._used_endpoints:
+            self._used_endpoints.add(outcome.endpoint)
+        else:
+            self.paced_attempts += 1
+            self.paced_rate_limited += outcome.rate_limited
         self.statuses[str(outcome.status) if outcome.status is not None else outcome.exception or "?"] += 1
         ban = outcome.status in self.ban_codes and not outcome.proxy_side and not outcome.rate_limited
         if ban and self.first_ban is None:
@@ -204,26 +208,9 @@ class TrialGuard:
                 "endpoints": len(cfg.endpoints),
             },
             "summary": {k: summary[k] for k in keep if k in summary},
-            "measured": self._measured(started),
+            "paced": {"attempts": self.paced_attempts, "rate_limited": self.paced_rate_limited},
         }
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         os.replace(tmp, self.path)
-
-    def _measured(self, started: float) -> dict[str, Any]:
-        """Answers past the warm-up: counts and the time they span.
-
-        With no more answers than the warm-up, the whole trial is measured.
-        """
-        answers = self.answers
-        skip = self.warmup if len(answers) > self.warmup else 0
-        since = answers[skip - 1][0] if skip else started
-        rest = answers[skip:]
-        return {
-            "warmup": skip,
-            "attempts": len(rest),
-            "success": sum(ok for _, ok, _ in rest),
-            "rate_limited": sum(limited for _, _, limited in rest),
-            "seconds": max(0.0, rest[-1][0] - since) if rest else 0.0,
-        }

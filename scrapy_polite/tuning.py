@@ -76,11 +76,13 @@ class TrialSettings:
 class TrialResult:
     """What one trial crawl measured, from the package's own stats.
 
-    ``attempts``, ``success``, ``rate_limited`` and ``seconds`` cover the
-    answers past the trial's warm-up (see :mod:`scrapy_polite.trial`);
-    ``pages``, ``bans`` and ``status_403`` the whole trial. ``sent`` is
-    ``None`` when the trial produced no result (it crashed or was killed);
-    its whole allowance then counts as used.
+    Counts cover the whole trial; ``seconds`` runs from the spider's start
+    to its last answer. The 429 rate is taken over the *paced* answers
+    (``paced_attempts``, ``paced_rate_limited``): all but the first through
+    each endpoint, which leave together at start-up with no delay before
+    them (see :mod:`scrapy_polite.trial`). ``sent`` is ``None`` when the
+    trial produced no result (it crashed or was killed); its whole
+    allowance then counts as used.
     """
 
     sent: int | None
@@ -93,11 +95,8 @@ class TrialResult:
     seconds: float = 0.0
     finish_reason: str = ""
     error: str | None = None
-    pages: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.pages is None:
-            self.pages = self.success
+    paced_attempts: int | None = None
+    paced_rate_limited: int | None = None
 
     @property
     def pages_per_min(self) -> float:
@@ -105,6 +104,9 @@ class TrialResult:
 
     @property
     def rate_429(self) -> float:
+        """Share of 429s among paced answers (among all answers if none was paced)."""
+        if self.paced_attempts:
+            return (self.paced_rate_limited or 0) / self.paced_attempts
         return self.rate_limited / self.attempts if self.attempts else 0.0
 
     @property
@@ -115,22 +117,20 @@ class TrialResult:
     def from_trial_file(cls, data: dict[str, Any]) -> TrialResult:
         """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.trial`)."""
         s = data.get("summary") or {}
-        m = data.get("measured") or {
-            "attempts": data.get("attempts", 0), "success": s.get("success", 0),
-            "rate_limited": s.get("rate_limited", 0), "seconds": data.get("seconds", 0.0),
-        }
+        paced = data.get("paced") or {}
         return cls(
             sent=int(data["sent"]),
-            attempts=int(m["attempts"]),
-            success=int(m["success"]),
-            rate_limited=int(m["rate_limited"]),
-            seconds=float(m["seconds"]),
-            pages=int(s.get("success", 0)),
+            attempts=int(data.get("attempts", 0)),
+            success=int(s.get("success", 0)),
+            rate_limited=int(s.get("rate_limited", 0)),
             bans=int(s.get("bans", 0)),
             status_403=int(data.get("statuses", {}).get("403", 0)),
             p95=s.get("latency_p95"),
+            seconds=float(data.get("seconds", 0.0)),
             finish_reason=str(data.get("finish_reason", "")),
             error=data.get("error"),
+            paced_attempts=paced.get("attempts"),
+            paced_rate_limited=paced.get("rate_limited"),
         )
 
 
@@ -335,25 +335,23 @@ class Tuner:
 # -- output --------------------------------------------------------------------
 
 HEADER = (
-    f"{'#':>2}  {'change':<26} {'host conc.':>10} {'delay (s)':>11} {'requests':>8} {'ok':>5} "
-    f"{'pages/min':>9} {'429 rate':>8} {'403':>4} {'P95':>8}  verdict"
+    f"{'#':>2}  {'change':<26} {'host conc.':>10} {'delay (s)':>11} {'requests':>8} {'ok':>5} {'429':>4} "
+    f"{'403':>4} {'pages/min':>9} {'429 rate':>8} {'P95':>8}  verdict"
 )
 
 
 def format_row(trial: Trial) -> str:
+    """One table row: counts of the whole trial, pages/min, the 429 rate of paced answers, P95."""
     r = trial.result
     s = trial.settings
+    head = f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
     if r is None or r.sent is None:
         sent = "?" if r is None else f"<={trial.allowance}"
-        return (
-            f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
-            f"{sent:>8} {'-':>5} {'-':>9} {'-':>8} {'-':>4} {'-':>8}  {trial.verdict or 'failed'}"
-        )
+        return head + f"{sent:>8} {'-':>5} {'-':>4} {'-':>4} {'-':>9} {'-':>8} {'-':>8}  {trial.verdict or 'failed'}"
     p95 = f"{r.p95:.3f}s" if r.p95 is not None else "-"
-    return (
-        f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
-        f"{r.sent:>8} {r.pages:>5} {r.pages_per_min:>9.1f} {r.rate_429 * 100:>7.1f}% "
-        f"{r.status_403:>4} {p95:>8}  {trial.verdict}"
+    return head + (
+        f"{r.sent:>8} {r.success:>5} {r.rate_limited:>4} {r.status_403:>4} {r.pages_per_min:>9.1f} "
+        f"{r.rate_429 * 100:>7.1f}% {p95:>8}  {trial.verdict}"
     )
 
 

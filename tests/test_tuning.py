@@ -282,3 +282,20 @@ def test_project_checks() -> None:
         Settings({**base, "ADDONS": {"scrapy_polite.Addon": 500},
                   "POLITE_PROXIES": ["http://127.0.0.1:1", "http://127.0.0.1:2"]}), "catalogue")
     assert (endpoints, per_endpoint) == (2, 1)
+
+
+def test_the_429_rate_is_taken_over_paced_answers() -> None:
+    """Each endpoint's first answer leaves at start-up with no delay before it: not the delay's fault."""
+    data = {
+        "sent": 60, "attempts": 60, "seconds": 12.0, "statuses": {"200": 56, "429": 4},
+        "summary": {"success": 56, "rate_limited": 4, "bans": 0, "latency_p95": 0.02},
+        "paced": {"attempts": 52, "rate_limited": 0},
+    }
+    result = TrialResult.from_trial_file(data)
+    assert result.rate_429 == 0.0 and result.rate_limited == 4
+    assert result.pages_per_min == pytest.approx(280.0)
+    assert tuner().acceptable(result)
+    data["paced"] = {"attempts": 52, "rate_limited": 3}
+    assert not tuner().acceptable(TrialResult.from_trial_file(data))
+    # Without paced answers (every answer was an endpoint's first), all answers count.
+    assert TrialResult(sent=4, attempts=4, success=3, rate_limited=1, paced_attempts=0).rate_429 == 0.25

@@ -23,7 +23,7 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.conf import arglist_to_dict
 
 from ..errors import PoliteConfigError
-from ..trial import FILE_SETTING, REQUESTS_SETTING, WARMUP_SETTING
+from ..trial import FILE_SETTING, REQUESTS_SETTING
 from ..tuning import HEADER, Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
@@ -34,7 +34,6 @@ TUNED = (
     "POLITE_ADAPTIVE",
     FILE_SETTING,
     REQUESTS_SETTING,
-    WARMUP_SETTING,
 )
 #: A trial still running this long after --trial-seconds is killed.
 KILL_AFTER = 60.0
@@ -76,9 +75,6 @@ class Command(ScrapyCommand):
                            help="longest trial, in seconds (default: 60)")
         group.add_argument("--max-429-rate", metavar="R", default="5%",
                            help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default: 5%%)")
-        group.add_argument("--warmup", metavar="R", default="20%",
-                           help="share of each trial's first answers left out of its rates, so a fresh "
-                                "process's first burst does not decide (default: 20%%)")
         group.add_argument("--min-gain", metavar="R", default="5%",
                            help="how much faster a trial must be to replace the best one (default: 5%%)")
         group.add_argument("--start-concurrency", metavar="N", default="2",
@@ -108,7 +104,6 @@ class Command(ScrapyCommand):
         opts.trial_seconds = _float_option("--trial-seconds", opts.trial_seconds, 5.0)
         opts.max_429_rate = _rate_option("--max-429-rate", opts.max_429_rate)
         opts.min_gain = _rate_option("--min-gain", opts.min_gain)
-        opts.warmup = _rate_option("--warmup", opts.warmup)
         opts.start_concurrency = _int_option("--start-concurrency", opts.start_concurrency, 1)
         opts.start_delay = _delay_option("--start-delay", opts.start_delay)
         if opts.max_concurrency is not None:
@@ -155,11 +150,15 @@ class Command(ScrapyCommand):
             f"budget {opts.budget} requests; trials of at most {opts.trial_requests} requests or "
             f"{opts.trial_seconds:g} s; acceptable: no 403, 429 rate <= {opts.max_429_rate * 100:g}%"
         )
+        out(
+            "429 rate: among answers after each endpoint's first one (those leave together at start-up, "
+            "with no delay before them)"
+        )
         out("")
         with tempfile.TemporaryDirectory(prefix="polite-tune-") as tmp:
             workdir = Path(opts.logs) if opts.logs else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
-            runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir, opts.warmup)
+            runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir)
             self.exitcode = _search(tuner, runner, out)
         if opts.logs:
             out(f"Trial logs, stats JSONL and results: {workdir}")
@@ -193,22 +192,31 @@ def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:
         trial = tuner.next_trial()
         if trial is None:
             break
-        wait = cooldown_until - time.time()
-        if wait > 0:
-            # Retry-After windows of the last trial still open: a new process knows nothing of them.
-            time.sleep(wait)
         try:
+            wait = cooldown_until - time.time()
+            if wait > 0:
+                # Retry-After windows of the last trial still open: a new process knows nothing of them.
+                if wait >= 2:
+                    out(f"    (waiting {wait:.0f} s for the site's Retry-After windows to close)")
+                time.sleep(wait)
             result, cooldown_until = runner.run(trial)
         except KeyboardInterrupt:
             interrupted = True
-            result = runner.last_result or TrialResult(sent=None, error="interrupted")
-            result.error = result.error or "interrupted"
+            if runner.last_result is not None:
+                result = runner.last_result
+            else:
+                # Never started: nothing sent. Started without a result: its whole allowance counts.
+                result = TrialResult(sent=None if runner.started == trial.index else 0)
+            result.error = "interrupted"
         tuner.record(trial, result)
+        if interrupted:
+            trial.verdict = "interrupted"
+            tuner.stopped = "interrupted"
+            out(format_row(trial))
+            break
         out(format_row(trial))
         if (result.error is not None or trial.verdict in ("no answers", "no pages")) and runner.last_log:
             out(_tail(runner.last_log))
-        if interrupted:
-            break
     out("")
     out(f"Used {tuner.used} of {tuner.budget} requests in {len(tuner.trials)} trial(s). Stopped: {tuner.stopped}.")
     return 130 if interrupted else (1 if any(t.result and t.result.error for t in tuner.trials) else 0)
@@ -237,9 +245,7 @@ class TrialRunner:
         user_settings: list[str],
         trial_seconds: float,
         workdir: Path,
-        warmup: float = 0.0,
     ) -> None:
-        self.warmup = warmup
         self.spider = spider
         self.spargs = list(spargs)
         self.user_settings = list(user_settings)
@@ -247,6 +253,8 @@ class TrialRunner:
         self.workdir = workdir
         self.last_log: Path | None = None
         self.last_result: TrialResult | None = None
+        #: Index of the last trial whose process was started.
+        self.started = 0
 
     def command(self, trial: Trial) -> list[str]:
         n = trial.index
@@ -255,7 +263,6 @@ class TrialRunner:
             "POLITE_ADAPTIVE": "False",
             FILE_SETTING: str(self.workdir / f"trial-{n}.json"),
             REQUESTS_SETTING: str(trial.allowance),
-            WARMUP_SETTING: str(round(trial.allowance * self.warmup)),
             "CLOSESPIDER_TIMEOUT": f"{self.trial_seconds:g}",
             "POLITE_STATS_JSONL": str(self.workdir / f"trial-{n}.jsonl"),
             # A trial measures the site: no cache in front of it, no state carried over between trials,
@@ -281,12 +288,14 @@ class TrialRunner:
         result_path = self.workdir / f"trial-{n}.json"
         log_path = self.workdir / f"trial-{n}.log"
         result_path.unlink(missing_ok=True)
+        (self.workdir / f"trial-{n}.jsonl").unlink(missing_ok=True)
         self.last_log = log_path
         self.last_result = None
         error: str | None = None
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(self.command(trial), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
+            self.started = n
             try:
                 rc = proc.wait(timeout=self.trial_seconds + KILL_AFTER)
             except subprocess.TimeoutExpired:
