@@ -512,24 +512,26 @@ class LocalGate:
             st = self._endpoints[s.endpoint_key]
             if st.inflight >= self.endpoint_concurrency:
                 return None, float("inf")
-            ready = self._ready_at(st, waiter.host, now)
+            ready = self._ready_at(st, waiter.host, h, now)
             return (st, 0.0) if ready <= now else (None, ready)
         wake = float("inf")
         for key in self._idle:
             st = self._endpoints[key]
-            ready = self._ready_at(st, waiter.host, now)
+            ready = self._ready_at(st, waiter.host, h, now)
             if ready <= now:
                 return st, 0.0
             wake = min(wake, ready)
         return None, wake
 
-    def _ready_at(self, st: EndpointState, host: str, now: float) -> float:
+    def _ready_at(self, st: EndpointState, host: str, h: HostState, now: float) -> float:
         # A dead endpoint is ready once its backoff has passed: it gets one probe
         # request (``_grant`` pushes the next one out by the longest backoff).
         ready = st.unhealthy_until
         pair = self._pairs.get((st.endpoint.key, host))
         if pair is not None:
-            ready = max(ready, pair.next_allowed, pair.cooldown_until, pair.banned_until)
+            # A spacing drawn before the band was raised still waits the new minimum.
+            shortest = pair.last_granted + max(h.delay[0], h.min_delay)
+            ready = max(ready, pair.next_allowed, pair.cooldown_until, pair.banned_until, shortest)
         return ready
 
     def _choose_for_session(self, host: str, now: float) -> str | None:

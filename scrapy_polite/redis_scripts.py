@@ -80,8 +80,11 @@ local function health(id)
   return failures, unhealthy
 end
 local function pair(id)
-  local pv = redis.call('HMGET', p .. 'p:' .. id .. ':' .. host, 'next_allowed', 'cooldown_until', 'banned_until')
-  return tonumber(pv[1]) or 0, tonumber(pv[2]) or 0, tonumber(pv[3]) or 0
+  local pv = redis.call('HMGET', p .. 'p:' .. id .. ':' .. host, 'next_allowed', 'cooldown_until', 'banned_until',
+                        'granted')
+  -- A spacing drawn before the band was raised still waits the new minimum.
+  local shortest = (tonumber(pv[4]) or -math.huge) + math.max(lo, min_delay)
+  return math.max(tonumber(pv[1]) or 0, shortest), tonumber(pv[2]) or 0, tonumber(pv[3]) or 0
 end
 
 local cands, offered = {}, {}

@@ -59,13 +59,13 @@ DELAY_CEILING = 4.0
 #: A per-IP signal puts the spacing band this share above the gap that drew
 #: it; a shorter clean gap within ``SPACING_REACH`` above it is taken instead.
 SPACING_MARGIN = 0.05
-SPACING_REACH = 0.15
+SPACING_REACH = 0.5
 #: Adaptive mode narrows the spacing by this factor per clean answer, and the
 #: jitter band by ``JITTER_STEP``, down to ``MIN_JITTER`` of the delay: a narrow
 #: band just above a limit beats a wide one straddling it.
 SPACING_STEP = 0.95
 JITTER_STEP = 0.9
-MIN_JITTER = 0.1
+MIN_JITTER = 0.05
 #: A gap this share beyond the band still counts as "within the band" (timers
 #: and the network add a little to every gap).
 GAP_TOLERANCE = 0.05
@@ -79,9 +79,6 @@ RATE_STEP = 0.1
 #: (at least ``RATE_SPAN_MIN``), for a first cut when the host had no rate yet.
 RATE_WINDOW = 3.0
 RATE_SPAN_MIN = 1.0
-#: A signal at a rate with this many clean answers per failure is noise or a
-#: small drop (one step down); fewer, a real drop (``POLITE_BACKOFF_FACTOR``).
-RATE_CLEAN_SHARE = 3
 #: A host interval below this is dropped: the other limits bind first.
 MIN_INTERVAL = 0.02
 
@@ -103,14 +100,13 @@ class _HostPolicy:
     #: a signal since: the host holds just below it before probing past it.
     good: float | None = None
     bad: float | None = None
-    #: The rate of the last failure (kept while probing), and whether the limit
+    #: The highest rate that failed (kept while probing), and whether the limit
     #: has been seen to move (a failure far below it, or a clean climb far past
     #: it): such a host is re-probed twice as often.
     ceiling: float | None = None
     moved: bool = False
-    #: Clean and failed answers to requests sent at the current host rate.
-    clean_n: int = 0
-    failed_n: int = 0
+    #: Host-rate signals since the last clean answer: each one steps down further.
+    fail_streak: int = 0
     #: (time, the gate's grant count for the host), for the rate actually sent.
     grants: deque[tuple[float, int]] = field(default_factory=deque)
     spacing_changed: float = -math.inf
@@ -202,7 +198,7 @@ class ThrottlePolicy:
         self._remember_clean_gap(p, gap, now)
         self._sent_rate(p, host, now)
         changes: list[str] = []
-        if sent_at >= p.rate_changed:
+        if sent_at > p.rate_changed:
             changes += self._rate_step(p, host, now)
         if cfg.adaptive and sent_at - gap >= p.spacing_changed and self.gate.host(host).interval <= 0:
             # A step per answer whose whole gap was drawn from the current band (one
@@ -270,7 +266,10 @@ class ThrottlePolicy:
         p.bad_gap = max(p.bad_gap, gap)
         p.bad_gap_at = now
         lo, hi = h.delay
-        new_lo = min(self._spacing_target(p, now), DELAY_CEILING * cfg.delay[1])
+        # Just above the failing gap, or the shortest gap known to be clean if that
+        # is not far above it: a known-good spacing beats a guess.
+        target = max(gap * (1 + SPACING_MARGIN), min(self._shortest_clean_gap(p, now), gap * (1 + SPACING_REACH)))
+        new_lo = min(target, DELAY_CEILING * cfg.delay[1])
         if new_lo <= lo:
             return []
         new_hi = new_lo * (1 + MIN_JITTER)
@@ -280,22 +279,15 @@ class ThrottlePolicy:
         p.spacing_changed = now
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
 
-    def _spacing_target(self, p: _HostPolicy, now: float) -> float:
-        """The shortest spacing the last per-IP signal allows: just above its gap, or
-        the shortest clean gap if that is near (fresh knowledge only)."""
-        target = p.bad_gap * (1 + SPACING_MARGIN)
-        if now - p.bad_gap_at < self.config.recovery_window:
-            target = max(target, min(self._shortest_clean_gap(p, now), p.bad_gap * (1 + SPACING_REACH)))
-        return target
-
-    def _spacing_floor(self, p: _HostPolicy, now: float) -> float:
+    def _spacing_floor(self, p: _HostPolicy) -> float:
+        """The shortest spacing the configuration and the longest failing gap allow."""
         cfg = self.config
-        return max(cfg.delay_floor if cfg.adaptive else cfg.delay[0], self._spacing_target(p, now))
+        return max(cfg.delay_floor if cfg.adaptive else cfg.delay[0], p.bad_gap * (1 + SPACING_MARGIN))
 
     def _narrow_spacing(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """Adaptive mode: one step below the current spacing, while it is what limits the pool."""
         lo, hi = self.gate.host(host).delay
-        new_lo = min(lo, max(self._spacing_floor(p, now), lo * SPACING_STEP))
+        new_lo = min(lo, max(self._spacing_floor(p), lo * SPACING_STEP))
         new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
         if new_hi >= hi - 1e-6:
             return []
@@ -327,26 +319,27 @@ class ThrottlePolicy:
             return changes  # sent at an older rate, already answered for
         if h.interval > 0:
             # The host rate drew the signal: back to the clean rate it just climbed
-            # from; a step down if this rate has been mostly clean (noise, or a
-            # small drop); else a cut.
+            # from, else a step down that doubles with each signal in a row (one
+            # alone is noise or a small drop), down to POLITE_BACKOFF_FACTOR.
             rate = 1 / h.interval
-            p.failed_n += 1
+            p.fail_streak += 1
             if p.good is not None and p.good < rate:
                 new = p.good
-            elif p.clean_n >= RATE_CLEAN_SHARE * p.failed_n:
-                new = rate / (1 + RATE_STEP)
             else:
-                new = rate * cfg.backoff_factor
+                new = max(rate * cfg.backoff_factor, rate / (1 + RATE_STEP) ** (2 ** (p.fail_streak - 1)))
             failed = rate
-        elif wide:
+        elif wide and sent > 0:
             # No host rate yet: cut what was actually sent, and climb back toward it.
             new = sent * cfg.backoff_factor
             failed = sent
         else:
             return changes
-        if p.ceiling is not None and failed < p.ceiling / (1 + RATE_STEP) ** 2:
+        if p.ceiling is None or failed >= p.ceiling:
+            p.ceiling = failed
+        elif failed < p.ceiling / (1 + RATE_STEP) ** 2:
             p.moved = True
-        p.bad = p.ceiling = failed
+            p.ceiling = failed
+        p.bad = failed
         p.good = None
         changes.append(self._set_rate(p, host, new, now))
         return changes
@@ -358,7 +351,7 @@ class ThrottlePolicy:
             return []
         rate = 1 / h.interval
         p.good = rate
-        p.clean_n += 1
+        p.fail_streak = 0
         if p.bad is not None and rate * (1 + RATE_STEP) >= p.bad * (1 - 1e-9):
             if now - p.rate_changed < self.config.recovery_window / (2 if p.moved else 1):
                 return []  # hold one step below the rate that failed
@@ -386,7 +379,6 @@ class ThrottlePolicy:
             interval = 0.0
         self.gate.set_host_interval(host, interval)
         p.rate_changed = now
-        p.clean_n = p.failed_n = 0
         return f"host rate {_rate(old)} -> {_rate(interval)}"
 
     # -- clean windows ----------------------------------------------------------
@@ -403,7 +395,7 @@ class ThrottlePolicy:
             changes.append("clean window: +1 concurrency")
         if not cfg.adaptive:
             lo, hi = h.delay
-            floor = self._spacing_floor(p, now)
+            floor = self._spacing_floor(p)
             if lo > floor + 1e-9:
                 new_lo = max(floor, lo * DELAY_SHRINK)
                 self.gate.set_host_delay(host, (new_lo, max(cfg.delay[1], hi * new_lo / lo)))

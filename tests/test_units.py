@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 import time
 
@@ -12,7 +13,7 @@ from scrapy.settings import Settings
 from scrapy_polite.config import PoliteConfig
 from scrapy_polite.endpoints import expand, mask_proxy_url, read_proxies_file
 from scrapy_polite.errors import PoliteConfigError, SessionEndpointLost
-from scrapy_polite.gate import LocalGate
+from scrapy_polite.gate import PAIR_MEMORY, LocalGate
 from scrapy_polite.retry_after import parse_retry_after
 from scrapy_polite.throttle import ThrottlePolicy, _crawl_delay
 
@@ -305,6 +306,176 @@ def test_throttle_parks_host_hammering_at_floor() -> None:
     ft.advance(2)
     policy.rate_limited("a", ep, 1.0)
     assert gate.host("a").paused_until == pytest.approx(ft.now + 30)
+
+
+def test_lease_carries_the_endpoints_gap_and_the_host_counts_grants() -> None:
+    gate, ft = make_gate(n=1, delay=(1.0, 1.0))
+    first = granted([gate.acquire("a")])[0]
+    assert first.gap == math.inf  # never sent to this host before
+    gate.release(first)
+    ft.advance(1.5)
+    second = granted([gate.acquire("a")])[0]
+    assert second.gap == pytest.approx(1.5)
+    assert gate.host("a").grants == 2
+    gate.release(second)
+    ft.advance(1.0 + PAIR_MEMORY + 1)
+    gate.expire_leases(60)  # the pair is forgotten: the gap is unknown again
+    assert granted([gate.acquire("a")])[0].gap == math.inf
+
+
+def test_raised_band_holds_spacings_drawn_before_it() -> None:
+    gate, ft = make_gate(n=1, delay=(0.5, 0.5))
+    gate.release(granted([gate.acquire("a")])[0])
+    gate.set_host_delay("a", (1.0, 1.1))  # raised after the 0.5 s spacing was drawn
+    later = granted([gate.acquire("a")])
+    ft.advance(0.9)
+    assert not later
+    ft.advance(0.11)
+    assert later and later[0].gap == pytest.approx(1.0)
+
+
+def adaptive_policy(**settings: object) -> tuple[ThrottlePolicy, LocalGate, FakeTime, list]:
+    values = {"POLITE_ADAPTIVE": True, "POLITE_RECOVERY_WINDOW": 20, **settings}
+    cfg = config(**values)
+    gate, ft = make_gate(n=8, host_concurrency=cfg.host_concurrency, delay=cfg.delay)
+    changes: list = []
+    return ThrottlePolicy(cfg, gate, clock=ft.clock, notify=lambda *a: changes.append(a)), gate, ft, changes
+
+
+def rate(gate: LocalGate) -> float:
+    interval = gate.host("a").interval
+    return 1 / interval if interval else math.inf
+
+
+def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
+    policy, gate, ft, _ = adaptive_policy()
+    ep = next(iter(gate.endpoints.values())).endpoint
+    policy.ok("a", 200)
+    assert rate(gate) == pytest.approx(2 / 0.8)  # slow start: concurrency at the shortest spacing
+    for _ in range(3):  # each clean answer sent at the current rate climbs a step
+        ft.advance(0.5)
+        policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(2.5 * 1.1 ** 3)
+    before = ft.now
+    ft.advance(0.1)
+    policy.ok("a", 200, granted_at=before - 1)  # sent at an older rate: no step
+    assert rate(gate) == pytest.approx(2.5 * 1.1 ** 3)
+    policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # far beyond the band: the host
+    assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)  # back to the last clean rate
+    assert gate.host("a").delay == (0.8, 1.6)  # spacing untouched
+    for _ in range(5):  # one step below the failure: hold
+        ft.advance(1)
+        policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)
+    ft.advance(20)  # a recovery window later: probe past it
+    policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(2.5 * 1.1 ** 3)
+
+
+def test_host_rate_steps_down_further_with_each_signal_in_a_row_and_reprobes_sooner() -> None:
+    policy, gate, ft, _ = adaptive_policy()
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    policy.ok("a", 200)
+    for _ in range(10):
+        ft.advance(0.5)
+        policy.ok("a", 200, granted_at=ft.now)
+    top = rate(gate)
+    expected = top / 1.1  # the clean rate it just climbed from
+    for streak in range(1, 5):
+        ft.advance(0.5)
+        policy.rate_limited("a", eps[streak], 2.0, granted_at=ft.now)
+        if streak > 1:  # nothing clean since the last signal: each step is the square of the last
+            expected = max(expected * 0.5, expected / 1.1 ** (2 ** (streak - 1)))
+        assert rate(gate) == pytest.approx(expected)
+    assert expected == pytest.approx(top / 1.1 / 1.1 ** 2 / 1.1 ** 4 * 0.5)
+    for _ in range(10):  # climbs back to one step below the last failure, then holds
+        ft.advance(0.5)
+        policy.ok("a", 200, granted_at=ft.now)
+    failed = expected * 2
+    held = rate(gate)
+    assert held < failed <= held * 1.1 + 1e-9
+    ft.advance(10)  # far below where it failed before: the limit moved, half a window is enough
+    policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(held * 1.1)
+
+
+def test_per_ip_signal_moves_spacing_above_its_gap() -> None:
+    policy, gate, ft, _ = adaptive_policy(POLITE_DELAY=(0.5, 0.6))
+    ep = next(iter(gate.endpoints.values())).endpoint
+    for gap in (1.2, 1.4):
+        ft.advance(0.2)
+        policy.ok("a", 200, gap=gap, granted_at=ft.now)
+    before = rate(gate)
+    policy.rate_limited("a", ep, 2.0, gap=0.55, granted_at=ft.now)  # within the band, shorter than any clean gap
+    lo, hi = gate.host("a").delay
+    assert lo == pytest.approx(0.55 * 1.5)  # the shortest clean gap, capped at SPACING_REACH above the failure
+    assert lo < hi <= lo * 1.1  # adaptive: a narrow band just above it
+    assert rate(gate) == before  # the host rate is not blamed
+
+
+def test_signal_after_a_gap_that_was_clean_elsewhere_is_blamed_on_the_host() -> None:
+    policy, gate, ft, _ = adaptive_policy()
+    ep = next(iter(gate.endpoints.values())).endpoint
+    policy.ok("a", 200, gap=0.9, granted_at=ft.now)
+    ft.advance(0.5)
+    policy.ok("a", 200, gap=1.0, granted_at=ft.now)
+    before = rate(gate)
+    ft.advance(0.1)
+    policy.rate_limited("a", ep, 2.0, gap=1.0, granted_at=ft.now)  # 0.9 was fine: not a per-IP limit
+    assert gate.host("a").delay == (0.8, 1.6)
+    assert rate(gate) < before
+
+
+def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_gap() -> None:
+    policy, gate, ft, _ = adaptive_policy(POLITE_DELAY=(1.0, 1.0), POLITE_HOST_CONCURRENCY=1)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    gate.set_host_interval("a", 0.0)
+    policy.ok("a", 200)
+    gate.set_host_interval("a", 0.0)  # no host rate: spacing is what limits
+    ft.advance(2)
+    policy.ok("a", 200, gap=1.0, granted_at=ft.now)
+    first = gate.host("a").delay
+    assert first[0] == pytest.approx(0.95)
+    ft.advance(0.1)
+    policy.ok("a", 200, gap=1.0, granted_at=ft.now)  # its gap began before the change: no step
+    assert gate.host("a").delay == first
+    ft.advance(1)
+    policy.ok("a", 200, gap=0.96, granted_at=ft.now)
+    assert gate.host("a").delay[0] == pytest.approx(0.95 ** 2)
+    policy.rate_limited("a", ep, 2.0, gap=0.9, granted_at=ft.now)
+    for _ in range(12):  # within a recovery window: the failure stays the floor
+        ft.advance(1.5)
+        policy.ok("a", 200, gap=1.2, granted_at=ft.now)
+        assert gate.host("a").delay[0] >= 0.9 * 1.05 - 1e-9
+    assert gate.host("a").delay[0] == pytest.approx(0.9 * 1.05)
+
+
+def test_defaults_never_go_below_the_configured_spacing_nor_set_a_rate_on_their_own() -> None:
+    cfg = config(POLITE_RECOVERY_WINDOW=1, POLITE_HOST_PAUSE_ENDPOINTS=10)
+    gate, ft = make_gate(n=8, delay=cfg.delay)
+    policy = ThrottlePolicy(cfg, gate, clock=ft.clock)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    policy.ok("a", 200)
+    assert gate.host("a").interval == 0.0  # no slow start without adaptive mode
+    policy.rate_limited("a", ep, 1.0, gap=0.85, granted_at=ft.now)
+    lo, hi = gate.host("a").delay
+    assert lo >= 0.85 * 1.05 and hi >= 1.6  # raised, never narrower than POLITE_DELAY
+    for _ in range(200):
+        ft.advance(0.7)
+        policy.ok("a", 200, gap=0.9, granted_at=ft.now)
+        lo, hi = gate.host("a").delay
+        assert lo >= 0.8 and hi >= 1.6
+        assert gate.host("a").interval == 0.0
+    assert gate.host("a").delay == (0.8, 1.6)  # clean windows bring it back
+
+
+def test_slow_start_ends_past_what_the_pool_can_send() -> None:
+    policy, gate, ft, _ = adaptive_policy(POLITE_DELAY=(1.0, 1.0))
+    policy.ok("a", 200)
+    for _ in range(30):
+        ft.advance(0.2)
+        policy.ok("a", 200, granted_at=ft.now)
+    assert gate.host("a").interval == 0.0  # 8 endpoints at 1 s: past 8 req/s the rate limits nothing
 
 
 def test_stale_leases_expire() -> None:
