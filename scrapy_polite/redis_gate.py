@@ -450,7 +450,7 @@ class RedisGate:
     def _release_args(self, lease: Lease) -> list[Any]:
         ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key))
         return [self.keys.prefix, lease.host, lease.session or "", lease.token, ep_id,
-                self.keys.held(self.process_id), lease.token]
+                self.keys.held(self.process_id), lease.token, self.lease_ttl]
 
     # -- the pump: one task per host with waiters --------------------------
 
@@ -645,7 +645,7 @@ class RedisGate:
 
     def _send_release(self, host: str, w: _Waiter, ep_id: str) -> None:
         args = [self.keys.prefix, host, w.session or "", w.token, ep_id, self.keys.held(self.process_id),
-                w.token]
+                w.token, self.lease_ttl]
         self._op(lambda: self._scripts["release"](args=args))
 
     # -- waiters -----------------------------------------------------------

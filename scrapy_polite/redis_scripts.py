@@ -183,9 +183,12 @@ state[10] = last and tostring(now - last) or '-1'
 return reply('granted', chosen, now)
 """
 
-#: ARGV: prefix, host, session, token, endpoint id, held key, waiter token.
+#: ARGV: prefix, host, session, token, endpoint id, held key, waiter token, ttl.
+#: A ``rel:<token>`` marker outlives any renewal already on its way, so that
+#: renewal cannot bring the lease (and its session lock) back.
 RELEASE = """
 local p, host, session, token, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+redis.call('SET', p .. 'rel:' .. token, '1', 'PX', math.ceil(tonumber(ARGV[8]) * 2000))
 redis.call('ZREM', p .. 'el:' .. id, token)
 redis.call('ZREM', p .. 'hl:' .. host, token)
 if session ~= '' and redis.call('GET', p .. 'sl:' .. session) == token then
@@ -212,16 +215,19 @@ keep(p .. 'held:' .. proc, ttl * 6)
 local lapsed = 0
 for i = 4, #ARGV, 4 do
   local token, id, host, session = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local score = tonumber(redis.call('ZSCORE', p .. 'el:' .. id, token))
-  if not score or score <= now then lapsed = lapsed + 1 end
-  redis.call('ZADD', p .. 'el:' .. id, expires, token)
-  keep(p .. 'el:' .. id, ttl * 2)
-  redis.call('ZADD', p .. 'hl:' .. host, expires, token)
-  keep(p .. 'hl:' .. host, ttl * 2)
-  if session ~= '' then
-    local holder = redis.call('GET', p .. 'sl:' .. session)
-    if holder == token or not holder then
-      redis.call('SET', p .. 'sl:' .. session, token, 'PX', math.ceil(ttl * 1000))
+  -- Released since this renewal was put together: leave it released.
+  if redis.call('EXISTS', p .. 'rel:' .. token) == 0 then
+    local score = tonumber(redis.call('ZSCORE', p .. 'el:' .. id, token))
+    if not score or score <= now then lapsed = lapsed + 1 end
+    redis.call('ZADD', p .. 'el:' .. id, expires, token)
+    keep(p .. 'el:' .. id, ttl * 2)
+    redis.call('ZADD', p .. 'hl:' .. host, expires, token)
+    keep(p .. 'hl:' .. host, ttl * 2)
+    if session ~= '' then
+      local holder = redis.call('GET', p .. 'sl:' .. session)
+      if holder == token or not holder then
+        redis.call('SET', p .. 'sl:' .. session, token, 'PX', math.ceil(ttl * 1000))
+      end
     end
   end
 end

@@ -360,3 +360,23 @@ async def test_pins_expire_when_the_session_idles(redis_server) -> None:
     a.release(other)
     client.close()
     await stop(a)
+
+
+@on_asyncio
+async def test_a_renewal_does_not_bring_back_a_lease_released_meanwhile(redis_server) -> None:
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    lease, _ = await granted(a.acquire("h", session="u"))
+    ep_id = a._ids[lease.endpoint.key]
+    # A renewal put together before the release reaches Redis...
+    renewal = ["t:", 1.5, a.process_id, lease.token, ep_id, "h", "u"]
+    a.release(lease)
+    await settle()
+    await a._scripts["renew"](args=renewal)  # ...and landing after it
+    client = admin(redis_server.url)
+    assert client.zscore(f"t:el:{ep_id}", lease.token) is None
+    assert client.get("t:sl:u") is None
+    client.close()
+    other, waited = await granted(b.acquire("h", session="u"))
+    assert waited < 0.3
+    b.release(other)
+    await stop(a, b)
