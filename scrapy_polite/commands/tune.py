@@ -68,21 +68,21 @@ class Command(ScrapyCommand):
                             help="spider argument, passed to every trial (may be repeated)")
         group = parser.add_argument_group(title="Tuning")
         group.add_argument("--budget", metavar="N", default="600",
-                           help="most requests sent to the site, all trials together (default: 600)")
+                           help="most requests sent to the site, all trials together (default 600)")
         group.add_argument("--trial-requests", metavar="N", default="100",
-                           help="most requests per trial (default: 100)")
+                           help="most requests per trial (default 100)")
         group.add_argument("--trial-seconds", metavar="S", default="60",
-                           help="longest trial, in seconds (default: 60)")
+                           help="longest trial, in seconds (default 60)")
         group.add_argument("--max-429-rate", metavar="R", default="5%",
-                           help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default: 5%%)")
+                           help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default 5%%)")
         group.add_argument("--min-gain", metavar="R", default="5%",
-                           help="how much faster a trial must be to replace the best one (default: 5%%)")
+                           help="how much faster a trial must be to replace the best one (default 5%%)")
         group.add_argument("--start-concurrency", metavar="N", default="2",
-                           help="POLITE_HOST_CONCURRENCY of the first trial (default: 2)")
+                           help="POLITE_HOST_CONCURRENCY of the first trial (default 2)")
         group.add_argument("--start-delay", metavar="MIN,MAX", default="0.8,1.6",
-                           help="POLITE_DELAY of the first trial (default: 0.8,1.6)")
+                           help="POLITE_DELAY of the first trial (default 0.8,1.6)")
         group.add_argument("--max-concurrency", metavar="N", default=None,
-                           help="highest POLITE_HOST_CONCURRENCY to try (default: endpoints x "
+                           help="highest POLITE_HOST_CONCURRENCY to try (default endpoints x "
                                 "POLITE_ENDPOINT_CONCURRENCY, at most CONCURRENT_REQUESTS)")
         group.add_argument("--logs", metavar="DIR", default=None,
                            help="keep each trial's log, stats JSONL and result in DIR")
@@ -156,7 +156,7 @@ class Command(ScrapyCommand):
         )
         out("")
         with tempfile.TemporaryDirectory(prefix="polite-tune-") as tmp:
-            workdir = Path(opts.logs) if opts.logs else Path(tmp)
+            workdir = Path(opts.logs).resolve() if opts.logs else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
             runner = TrialRunner(spider, opts.spargs, opts.set, opts.trial_seconds, workdir)
             self.exitcode = _search(tuner, runner, out)
