@@ -54,7 +54,7 @@ SESSION_CANDIDATES = 512
 #: A session's pin is forgotten after this long without a request.
 PIN_TTL = 3600.0
 #: Host-wide refusals: no other waiter of that host could be granted either.
-_HOST_CODES = frozenset({"paused", "host_full", "host_spacing"})
+_HOST_CODES = frozenset({"grace", "paused", "host_full", "host_spacing"})
 #: Shared keys that nobody touches expire after this, so a namespace cleans itself up.
 _IDLE_TTL = 24 * 3600.0
 _BACKOFF = (0.25, 8.0)
@@ -162,6 +162,10 @@ class RedisGate:
         #: Leases and heartbeats this process had to re-add (Redis lost them, or they lapsed).
         self.reasserted = 0
         self._renewed = False
+        # Redis time of the last answer from Redis (0: none yet), and the end of the
+        # fleet-wide grace this process last logged.
+        self._seen = 0.0
+        self._grace_until = 0.0
         self.set_endpoints(endpoints)
 
     # -- inspection (same surface as LocalGate) ----------------------------
@@ -228,7 +232,7 @@ class RedisGate:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name.upper()))
             for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok", "unpin")
+                         "endpoint_failed", "endpoint_ok", "unpin", "leave")
         }
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
@@ -255,8 +259,7 @@ class RedisGate:
             leases, self._leases = list(self._leases.values()), {}
             for lease in leases:
                 await asyncio.wait_for(self._scripts["release"](args=self._release_args(lease)), timeout=2)
-            await asyncio.wait_for(client.delete(self.keys.held(self.process_id)), timeout=2)
-            await asyncio.wait_for(client.zrem(self.keys.procs, self.process_id), timeout=2)
+            await asyncio.wait_for(self._scripts["leave"](args=[self.keys.prefix, self.process_id]), timeout=2)
         except (*self._errors, asyncio.TimeoutError) as exc:
             logger.warning("scrapy-polite: could not clear this process from the shared state: %s", exc)
         finally:
@@ -560,13 +563,21 @@ class RedisGate:
         code, ep_id, at, state, health = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
-            u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl, *ids,
+            u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
+            self._seen, self._longest_spacing(), *ids,
         ])
         now = self._clock()
-        redis_now = float(state[0])
+        redis_now = self._seen = float(state[0])
         self._mirror(h, host, state, now)
         self._mirror_health(health, redis_now, now)
         wait = max(0.0, float(at) - redis_now)
+        if code == "grace" and float(at) > self._grace_until:
+            self._grace_until = float(at)
+            logger.warning(
+                "scrapy-polite: the shared state at %s was unreachable for longer than the lease TTL, "
+                "or lost its data: no new lease for %.1f s, so requests still in flight are "
+                "re-asserted first", self.label, wait,
+            )
         if code == "granted":
             key = self._by_id.get(ep_id)
             if w.done or key is None or self._closed:
@@ -593,6 +604,10 @@ class RedisGate:
         elif code == "session_wait" and w.session is not None:
             self._sessions[w.session].endpoint_key = self._by_id.get(ep_id)
         return code, wait
+
+    def _longest_spacing(self) -> float:
+        """The longest gap any host asks for, which a grace after a reset must cover."""
+        return max([self.delay[1], *(max(h.delay[1], h.min_delay) for h in self._hosts.values())])
 
     def _mirror_health(self, health: list[str], redis_now: float, now: float) -> None:
         """Take the shared health the script saw: a death learned only from Redis
@@ -780,11 +795,12 @@ class RedisGate:
             await asyncio.sleep(self.lease_ttl / 3)
 
     async def _renew(self) -> None:
-        args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id]
+        args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id, self._seen, self._longest_spacing()]
         for lease in self._leases.values():
             args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key)),
                      lease.host, lease.session or ""]
-        _, lapsed, beat = await self._scripts["renew"](args=args)
+        seen, lapsed, beat = await self._scripts["renew"](args=args)
+        self._seen = float(seen)
         lapsed, beat = int(lapsed), int(beat) if self._renewed else 0
         self._renewed = True
         if lapsed or beat:

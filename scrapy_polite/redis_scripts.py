@@ -21,6 +21,24 @@ local function keep(key, seconds)
   local pt = redis.call('PTTL', key)
   if pt < want then redis.call('PEXPIRE', key, want) end
 end
+local function grace_until(p, now, ttl, last_seen, spacing)
+  -- The fleet's pulse (``alive``: last touch, start of its record) says whether leases may be in
+  -- flight that Redis does not know of: after nobody reached it for a TTL, or after it lost its
+  -- data since this process last saw it, no new lease is granted for a TTL and the longest
+  -- spacing, so their owners re-assert them first. A fresh namespace waits for nothing.
+  local ak = p .. 'alive'
+  local av = redis.call('HMGET', ak, 'at', 'since', 'grace')
+  local at, since, grace = tonumber(av[1]), tonumber(av[2]), tonumber(av[3]) or 0
+  local anchor = nil
+  if at and now - at > ttl then anchor = now
+  elseif not at and last_seen > 0 then anchor = now
+  elseif since and last_seen > 0 and since > last_seen then anchor = since end
+  since = since or now
+  if anchor then grace = math.max(grace, anchor + ttl + spacing) end
+  redis.call('HSET', ak, 'at', tostring(now), 'since', tostring(since), 'grace', tostring(grace))
+  redis.call('EXPIRE', ak, 86400)
+  return grace
+end
 """
 
 #: Grant a lease, or say why not and when to look again.
@@ -28,7 +46,8 @@ end
 #: default limit, default delay low, default delay high, max_failures,
 #: backoff max, u (uniform 0..1 for the jitter), poll, repin ('1'/'0'),
 #: this process's pin of the session ('' = none), '1' if the candidates are
-#: every usable endpoint of the process, pin idle TTL, candidate endpoint ids...
+#: every usable endpoint of the process, pin idle TTL, Redis time this process
+#: last heard from Redis (0: never), longest spacing, candidate endpoint ids...
 #: A session's pin (``pin:<session>``) and its endpoint's share
 #: (``pc:<endpoint>``, session -> last use) expire after the idle TTL; a pin
 #: that is not among a complete candidate list (a later crawl with another
@@ -45,6 +64,7 @@ local maxf, backoff_max = tonumber(ARGV[10]), tonumber(ARGV[11])
 local u, poll, repin = tonumber(ARGV[12]), tonumber(ARGV[13]), ARGV[14] == '1'
 local hint, complete, pin_ttl = ARGV[15], ARGV[16] == '1', tonumber(ARGV[17])
 local now = clock()
+local grace = grace_until(p, now, ttl, tonumber(ARGV[18]), tonumber(ARGV[19]))
 local hk = p .. 'h:' .. host
 local hv = redis.call('HMGET', hk, 'limit', 'lo', 'hi', 'min_delay', 'interval', 'next_start', 'paused_until',
                      'grants')
@@ -65,6 +85,7 @@ local seen, seen_at = {}, {}
 local function reply(code, id, at)
   return {code, id or '', tostring(at or now), state, seen}
 end
+if grace > now then return reply('grace', '', grace) end
 if paused > now then return reply('paused', '', paused) end
 if inflight >= limit then return reply('host_full', '', now + poll) end
 if next_start > now then return reply('host_spacing', '', next_start) end
@@ -88,7 +109,7 @@ local function pair(id)
 end
 
 local cands, offered = {}, {}
-for i = 18, #ARGV do
+for i = 20, #ARGV do
   cands[#cands + 1] = ARGV[i]
   offered[ARGV[i]] = true
 end
@@ -202,18 +223,20 @@ return 1
 #: (a restarted server), since their requests are still in flight. The
 #: heartbeat lasts three TTLs: sweeping a live process orphans its URLs for
 #: good, while a lapsed lease is simply re-asserted.
-#: ARGV: prefix, ttl, process id, then (token, endpoint id, host, session) x n.
+#: ARGV: prefix, ttl, process id, last heard from Redis, longest spacing, then
+#: (token, endpoint id, host, session) x n.
 #: Returns {now, leases that had lapsed, 1 if the heartbeat had lapsed}.
 RENEW = _PRELUDE + """
 local p, ttl, proc = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local now = clock()
+grace_until(p, now, ttl, tonumber(ARGV[4]), tonumber(ARGV[5]))
 local expires = now + ttl
 local beat = tonumber(redis.call('ZSCORE', p .. 'procs', proc))
 redis.call('ZADD', p .. 'procs', now + 3 * ttl, proc)
 keep(p .. 'procs', ttl * 6)
 keep(p .. 'held:' .. proc, ttl * 6)
 local lapsed = 0
-for i = 4, #ARGV, 4 do
+for i = 6, #ARGV, 4 do
   local token, id, host, session = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   -- Released since this renewal was put together: leave it released.
   if redis.call('EXISTS', p .. 'rel:' .. token) == 0 then
@@ -232,6 +255,17 @@ for i = 4, #ARGV, 4 do
   end
 end
 return {tostring(now), lapsed, (beat and beat > now) and 0 or 1}
+"""
+
+#: A process leaves cleanly: nothing it held is orphaned, and the last one to
+#: leave clears the fleet's pulse, so the next crawl starts without a grace.
+#: ARGV: prefix, process id.
+LEAVE = """
+local p, proc = ARGV[1], ARGV[2]
+redis.call('DEL', p .. 'held:' .. proc)
+redis.call('ZREM', p .. 'procs', proc)
+if redis.call('ZCARD', p .. 'procs') == 0 then redis.call('DEL', p .. 'alive') end
+return 1
 """
 
 #: Unpin a session from an endpoint this process found unusable (unless another

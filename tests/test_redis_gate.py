@@ -368,7 +368,7 @@ async def test_a_renewal_does_not_bring_back_a_lease_released_meanwhile(redis_se
     lease, _ = await granted(a.acquire("h", session="u"))
     ep_id = a._ids[lease.endpoint.key]
     # A renewal put together before the release reaches Redis...
-    renewal = ["t:", 1.5, a.process_id, lease.token, ep_id, "h", "u"]
+    renewal = ["t:", 1.5, a.process_id, a._seen, 0.0, lease.token, ep_id, "h", "u"]
     a.release(lease)
     await settle()
     await a._scripts["renew"](args=renewal)  # ...and landing after it
@@ -380,3 +380,33 @@ async def test_a_renewal_does_not_bring_back_a_lease_released_meanwhile(redis_se
     assert waited < 0.3
     b.release(other)
     await stop(a, b)
+
+
+@on_asyncio
+async def test_after_redis_lost_its_data_no_lease_until_in_flight_ones_can_be_reasserted(redis_server) -> None:
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    await granted(a.acquire("h"))  # in flight in a, which is slow to come back
+    await asyncio.sleep(0.3)  # b has talked to Redis before (its first renewal)
+    a._halt()
+    redis_server.stop()  # a restart that loses every key
+    redis_server.start()
+    waiting = b.acquire("h")
+    assert await pending(waiting, 1.2)  # a grace of a TTL (1.5 s): a's lease might come back
+    _, waited = await granted(waiting, timeout=3)
+    assert waited <= 2.5
+    await stop(b)
+
+
+@on_asyncio
+async def test_a_fresh_namespace_and_the_next_clean_crawl_start_at_once(redis_server) -> None:
+    a = gate(redis_server.url)
+    lease, waited = await granted(a.acquire("h"))
+    assert waited < 0.3
+    a.release(lease)
+    await stop(a)  # the last process to leave clears the fleet's pulse
+    await asyncio.sleep(1.6)  # longer than the TTL
+    b = gate(redis_server.url)
+    lease, waited = await granted(b.acquire("h"))
+    assert waited < 0.3
+    b.release(lease)
+    await stop(b)
