@@ -53,6 +53,8 @@ CANDIDATES = 64
 SESSION_CANDIDATES = 512
 #: A session's pin is forgotten after this long without a request.
 PIN_TTL = 3600.0
+#: The orphans list keeps the newest this many entries.
+ORPHANS_KEPT = 100_000
 #: Host-wide refusals: no other waiter of that host could be granted either.
 _HOST_CODES = frozenset({"grace", "paused", "host_full", "host_spacing"})
 #: Shared keys that nobody touches expire after this, so a namespace cleans itself up.
@@ -115,7 +117,11 @@ class RedisGate:
         on_all_unusable: Callable[[], None] | None = None,
     ) -> None:
         self._redis = import_redis()
-        self._errors: tuple[type[BaseException], ...] = (self._redis.RedisError, OSError)
+        # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
+        # is logged and the update dropped, rather than retried forever as an outage.
+        self._errors: tuple[type[BaseException], ...] = (
+            self._redis.ConnectionError, self._redis.TimeoutError, OSError,
+        )
         self.url = url
         self.label = mask_url(url)
         self.keys = Keys(namespace)
@@ -260,7 +266,7 @@ class RedisGate:
             for lease in leases:
                 await asyncio.wait_for(self._scripts["release"](args=self._release_args(lease)), timeout=2)
             await asyncio.wait_for(self._scripts["leave"](args=[self.keys.prefix, self.process_id]), timeout=2)
-        except (*self._errors, asyncio.TimeoutError) as exc:
+        except (self._redis.RedisError, OSError, asyncio.TimeoutError) as exc:
             logger.warning("scrapy-polite: could not clear this process from the shared state: %s", exc)
         finally:
             await client.aclose()
@@ -488,9 +494,9 @@ class RedisGate:
                     pause = 0.0
                     break
                 except Exception:
-                    # A bug must not strand the waiters: log it and look again shortly.
+                    # A bug or a Redis error must not strand the waiters: log it, look again later.
                     logger.exception("scrapy-polite: grant attempt for %s failed", host)
-                    pause = self.poll
+                    pause = backoff.next()
                     break
                 self._back(backoff)
                 if code == "granted":
@@ -774,7 +780,7 @@ class RedisGate:
                         # Updates wait for Redis, in order, rather than being lost.
                         await self._outage(exc, backoff)
             except Exception:
-                logger.exception("scrapy-polite: shared-state update failed")
+                logger.exception("scrapy-polite: shared-state update failed and was dropped")
             finally:
                 self._ops.task_done()
 
@@ -792,6 +798,9 @@ class RedisGate:
             except self._errors as exc:
                 await self._outage(exc, backoff)
                 continue
+            except Exception:
+                # Renewals must go on whatever happened, or every lease here lapses.
+                logger.exception("scrapy-polite: lease renewal failed")
             await asyncio.sleep(self.lease_ttl / 3)
 
     async def _renew(self) -> None:
@@ -810,7 +819,7 @@ class RedisGate:
                 "or they ran out while it was unreachable)", lapsed,
                 " and this process's heartbeat" if beat else "", self.label,
             )
-        swept = await self._scripts["sweep"](args=[self.keys.prefix])
+        swept = await self._scripts["sweep"](args=[self.keys.prefix, ORPHANS_KEPT])
         for proc, count in zip(swept[::2], swept[1::2]):
             logger.warning(
                 "scrapy-polite: process %s stopped renewing its leases; its endpoints are free again "

@@ -279,9 +279,10 @@ return 1
 
 #: Processes whose heartbeat ran out: move the requests they held to the
 #: orphans list, once (the script is atomic, so one survivor does it).
-#: ARGV: prefix. Returns {proc, count, proc, count, ...}.
+#: The list keeps its newest entries only. ARGV: prefix, entries kept.
+#: Returns {proc, count, proc, count, ...}.
 SWEEP = _PRELUDE + """
-local p = ARGV[1]
+local p, kept = ARGV[1], tonumber(ARGV[2])
 local now = clock()
 local dead = redis.call('ZRANGEBYSCORE', p .. 'procs', '-inf', now)
 local out = {}
@@ -297,6 +298,7 @@ for _, proc in ipairs(dead) do
   out[#out + 1] = proc
   out[#out + 1] = n
 end
+if #out > 0 then redis.call('LTRIM', p .. 'orphans', -kept, -1) end
 return out
 """
 

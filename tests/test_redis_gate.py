@@ -410,3 +410,58 @@ async def test_a_fresh_namespace_and_the_next_clean_crawl_start_at_once(redis_se
     assert waited < 0.3
     b.release(lease)
     await stop(b)
+
+
+@on_asyncio
+async def test_renewals_go_on_after_an_unexpected_error(redis_server) -> None:
+    a = gate(redis_server.url)
+    lease, _ = await granted(a.acquire("h"))
+    renew, calls = a._scripts["renew"], []
+
+    async def broken_once(**kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("a bug")
+        return await renew(**kw)
+
+    a._scripts["renew"] = broken_once
+    client = admin(redis_server.url)
+    key = f"t:el:{a._ids[lease.endpoint.key]}"
+    # Renewals every 0.5 s: the lease stays alive well past its 1.5 s TTL.
+    await asyncio.sleep(2.5)
+    assert len(calls) >= 3 and client.zscore(key, lease.token) > time.time()
+    a.release(lease)
+    client.close()
+    await stop(a)
+
+
+@on_asyncio
+async def test_a_redis_error_drops_the_update_and_the_next_ones_go_through(redis_server) -> None:
+    a = gate(redis_server.url)
+    client = admin(redis_server.url)
+    client.set("t:h:x", "not a hash")  # every write to it fails (WRONGTYPE)
+    a.set_host_limit("x", 1)
+    a.set_host_limit("y", 3)
+    assert await until(lambda: client.hget("t:h:y", "limit") == "3", timeout=1.5)
+    assert a.outages == 0  # an error answer is not an outage
+    client.close()
+    await stop(a)
+
+
+@on_asyncio
+async def test_the_orphans_list_is_bounded(redis_server) -> None:
+    kept = 100_000  # scrapy_polite.redis_gate.ORPHANS_KEPT
+    client = admin(redis_server.url)
+    for start in range(0, kept, 20_000):
+        client.rpush("t:orphans", *(f"old{i}" for i in range(start, start + 20_000)))
+    a, b = gate(redis_server.url), gate(redis_server.url)
+    await granted(a.acquire("h", tag="http://h/1"))
+    await settle()
+    a._halt()
+    client.zadd("t:procs", {a.process_id: 0})  # a's heartbeat has run out
+    await b._renew()
+    assert client.llen("t:orphans") == kept
+    assert json.loads(client.lindex("t:orphans", -1))["url"] == "http://h/1"
+    assert client.lindex("t:orphans", 0) == "old1"
+    client.close()
+    await stop(b)
