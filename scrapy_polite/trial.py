@@ -209,8 +209,22 @@ class TrialGuard:
             },
             "summary": {k: summary[k] for k in keep if k in summary},
             "paced": {"attempts": self.paced_attempts, "rate_limited": self.paced_rate_limited},
+            "throttle": self._throttle_state(summary),
         }
         tmp = f"{self.path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
         os.replace(tmp, self.path)
+
+    def _throttle_state(self, summary: dict[str, Any]) -> dict[str, Any] | None:
+        """Where the throttle left the busiest host: the spacing the site let it keep."""
+        hosts = summary.get("hosts") or {}
+        if not hosts:
+            return None
+        host = max(hosts, key=lambda h: hosts[h].get("attempts", 0))
+        try:
+            state = self.runtime.gate.host(host)
+        except Exception:  # a shared gate that cannot answer now: no state to report
+            return None
+        return {"host": host, "delay": list(state.delay), "concurrency": state.limit,
+                "interval": getattr(state, "interval", 0.0)}

@@ -7,7 +7,11 @@ change **one** variable at a time:
 
 1. ``POLITE_DELAY``: down while each step is clean and faster; up instead
    if the start already gets too many 429s, until a trial is clean.
-2. ``POLITE_HOST_CONCURRENCY``: up from the best delay while each step is
+2. If the throttle had to widen the best trial's spacing (it does after a
+   429, to just above the gap that drew it), ``POLITE_DELAY`` set to that
+   spacing: the site's own answer. It replaces the best trial unless it is
+   more than ``min_gain`` slower, since it is the gentler setting.
+3. ``POLITE_HOST_CONCURRENCY``: up from the best delay while each step is
    clean and faster.
 
 A trial is *acceptable* when it had no ban answer (403, see
@@ -37,6 +41,8 @@ DELAY_STEP = 0.75
 MIN_DELAY = 0.05
 #: Steps up from the start before giving up on finding a clean delay.
 MAX_DELAY_STEPS_UP = 4
+#: The change of the trial that tries the spacing the throttle settled on.
+THROTTLED = "POLITE_DELAY as throttled"
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,8 @@ class TrialResult:
     error: str | None = None
     paced_attempts: int | None = None
     paced_rate_limited: int | None = None
+    #: The spacing the throttle ended the trial with (``None``: not reported).
+    throttled_delay: tuple[float, float] | None = None
 
     @property
     def pages_per_min(self) -> float:
@@ -118,6 +126,8 @@ class TrialResult:
         """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.trial`)."""
         s = data.get("summary") or {}
         paced = data.get("paced") or {}
+        throttle = data.get("throttle") or {}
+        throttled = throttle.get("delay")
         return cls(
             sent=int(data["sent"]),
             attempts=int(data.get("attempts", 0)),
@@ -131,6 +141,7 @@ class TrialResult:
             error=data.get("error"),
             paced_attempts=paced.get("attempts"),
             paced_rate_limited=paced.get("rate_limited"),
+            throttled_delay=(float(throttled[0]), float(throttled[1])) if throttled else None,
         )
 
 
@@ -200,13 +211,17 @@ class Tuner:
         )
 
     def _better(self, trial: Trial) -> bool:
+        """Acceptable, and faster than the best by ``min_gain`` (a gentler trial: not slower by it)."""
         assert trial.result is not None
         if not self.acceptable(trial.result):
             return False
         if self.best is None:
             return True
         assert self.best.result is not None
-        return trial.result.pages_per_min >= self.best.result.pages_per_min * (1 + self.min_gain)
+        best = self.best.result.pages_per_min
+        if trial.change == THROTTLED:
+            return trial.result.pages_per_min >= best * (1 - self.min_gain)
+        return trial.result.pages_per_min >= best * (1 + self.min_gain)
 
     def recommendation(self) -> Trial | None:
         """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
@@ -245,6 +260,13 @@ class Tuner:
                     return planned
                 if self.stopped is not None:
                     return None
+                self._phase = "throttled"
+                continue
+            if self._phase == "throttled":
+                planned = self._plan_throttled()
+                if planned is not None:
+                    self._phase = "throttled trial"
+                    return planned
                 self._phase = "concurrency"
                 continue
             if self._phase == "concurrency":
@@ -274,6 +296,19 @@ class Tuner:
             )
             return None
         return base.settings.with_delay_scaled(1 / DELAY_STEP), "POLITE_DELAY up", base.index
+
+    def _plan_throttled(self) -> tuple[TrialSettings, str, int | None] | None:
+        best = self.best
+        if best is None or best.result is None or best.result.throttled_delay is None:
+            return None
+        low, high = best.result.throttled_delay
+        delay = best.settings.delay
+        if low < delay[0] + 0.01:
+            return None  # the throttle kept the configured spacing (or narrowed it)
+        candidate = replace(best.settings, delay=(round(low, 2), round(max(low, high), 2)))
+        if any(t.settings == candidate for t in self.trials):
+            return None
+        return candidate, THROTTLED, best.index
 
     def _plan_concurrency(self) -> tuple[TrialSettings, str, int | None] | None:
         if self.best is None:
@@ -314,6 +349,8 @@ class Tuner:
             trial.verdict = "too many 429s"
         elif improved:
             trial.verdict = "best so far" if self.best is not None else "ok"
+            if trial.change == THROTTLED:
+                trial.verdict = "as fast, gentler"
         else:
             trial.verdict = "no gain"
         if improved:
@@ -326,6 +363,8 @@ class Tuner:
             self._direction = "down" if improved else "up"
         elif self._phase == "delay" and improved == (self._direction == "up"):
             # Down: the first step that is not better ends it. Up: the first clean step ends it.
+            self._phase = "throttled"
+        elif self._phase == "throttled trial":
             self._phase = "concurrency"
         elif self._phase == "concurrency" and not improved:
             self._phase = "done"

@@ -38,6 +38,25 @@ def per_ip_site(limit_interval: float, endpoints: int = 8, ban_below: float | No
     return run
 
 
+def throttled_site(limit_interval: float, endpoints: int = 8) -> Site:
+    """A per-IP limit met by the package's throttle: after the first 429 it spaces each endpoint
+    just above the gap that drew it, so the trial runs at the site's interval and reports it."""
+
+    def run(s: TrialSettings, allowance: int) -> TrialResult:
+        low, high = s.delay
+        if low >= limit_interval:
+            spacing, limited, throttled = (low, high), 0, None
+        else:
+            spacing = (limit_interval * 1.04, max(high, limit_interval * 1.2))
+            limited, throttled = 1, spacing
+        seconds = allowance / (endpoints / (sum(spacing) / 2))
+        return TrialResult(sent=allowance, attempts=allowance, success=allowance - limited,
+                           rate_limited=limited, seconds=seconds, paced_attempts=allowance - endpoints,
+                           paced_rate_limited=limited, throttled_delay=throttled)
+
+    return run
+
+
 def host_cap_site(cap: float, latency: float = 0.25, endpoints: int = 8) -> Site:
     """A host-wide cap of *cap* req/s: requests over it are 429s; concurrency helps up to the cap."""
 
@@ -65,7 +84,8 @@ def tuner(**kw: object) -> Tuner:
 
 
 def test_first_trial_is_the_start_and_every_later_one_changes_one_variable() -> None:
-    for site in (per_ip_site(1.0), per_ip_site(0.3), host_cap_site(4.0), host_cap_site(40.0)):
+    sites = (per_ip_site(1.0), per_ip_site(0.3), host_cap_site(4.0), host_cap_site(40.0), throttled_site(1.0))
+    for site in sites:
         t = tuner(budget=2000)
         trials = search(t, site)
         assert trials[0].settings == START and trials[0].change == "start"
@@ -118,6 +138,31 @@ def test_concurrency_goes_up_on_a_host_cap_until_it_stops_paying() -> None:
     assert best.result.rate_429 <= t.max_429_rate
     # At most concurrency / latency requests/s: the best one is near the cap without going over.
     assert best.settings.host_concurrency / 0.5 <= 6.0 * 1.5
+
+
+def test_the_spacing_the_throttle_settled_on_is_tried_and_kept_when_as_fast() -> None:
+    t = tuner()
+    trials = search(t, throttled_site(1.0))
+    changes = [tr.change for tr in trials]
+    # (0.6, 1.2) draws one 429, then runs at the site's interval: faster than the start.
+    assert changes[:3] == ["start", "POLITE_DELAY down", "POLITE_DELAY down"]
+    throttled = [tr for tr in trials if tr.change == "POLITE_DELAY as throttled"]
+    assert len(throttled) == 1
+    assert throttled[0].settings.delay == (1.04, 1.2)
+    assert throttled[0].settings.host_concurrency == trials[throttled[0].reference - 1].settings.host_concurrency
+    # Within min_gain of the best and gentler: it becomes the recommendation, then concurrency goes up from it.
+    best = t.recommendation()
+    assert best is not None and best.settings.delay == (1.04, 1.2)
+    assert throttled[0].verdict == "as fast, gentler"
+    after = trials[trials.index(throttled[0]) + 1:]
+    assert after and all(tr.change == "POLITE_HOST_CONCURRENCY up" for tr in after)
+    assert all(tr.settings.delay == (1.04, 1.2) for tr in after)
+
+
+def test_no_throttled_trial_when_the_throttle_kept_the_spacing() -> None:
+    t = tuner()
+    trials = search(t, per_ip_site(0.5))
+    assert all(tr.change != "POLITE_DELAY as throttled" for tr in trials)
 
 
 def test_concurrency_never_goes_above_the_maximum() -> None:
