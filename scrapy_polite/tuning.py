@@ -9,8 +9,10 @@ change **one** variable at a time:
    if the start already gets too many 429s, until a trial is clean.
 2. If the throttle had to widen the best trial's spacing (it does after a
    429, to just above the gap that drew it), ``POLITE_DELAY`` set to that
-   spacing: the site's own answer. It replaces the best trial unless it is
-   more than ``min_gain`` slower, since it is the gentler setting.
+   spacing: the site's own answer, and what the best trial ran at after
+   its first 429s. Being the gentler setting, it replaces the best trial
+   unless it is clearly slower: by more than ``THROTTLED_TOLERANCE`` times
+   ``min_gain``, about how much trials this short vary.
 3. ``POLITE_HOST_CONCURRENCY``: up from the best delay while each step is
    clean and faster.
 
@@ -43,6 +45,8 @@ MIN_DELAY = 0.05
 MAX_DELAY_STEPS_UP = 4
 #: The change of the trial that tries the spacing the throttle settled on.
 THROTTLED = "POLITE_DELAY as throttled"
+#: That trial is kept unless slower than the best by more than this many times ``min_gain``.
+THROTTLED_TOLERANCE = 3
 
 
 @dataclass(frozen=True)
@@ -211,7 +215,7 @@ class Tuner:
         )
 
     def _better(self, trial: Trial) -> bool:
-        """Acceptable, and faster than the best by ``min_gain`` (a gentler trial: not slower by it)."""
+        """Acceptable, and faster than the best by ``min_gain`` (the throttled spacing: not clearly slower)."""
         assert trial.result is not None
         if not self.acceptable(trial.result):
             return False
@@ -220,7 +224,7 @@ class Tuner:
         assert self.best.result is not None
         best = self.best.result.pages_per_min
         if trial.change == THROTTLED:
-            return trial.result.pages_per_min >= best * (1 - self.min_gain)
+            return trial.result.pages_per_min >= best * (1 - THROTTLED_TOLERANCE * self.min_gain)
         return trial.result.pages_per_min >= best * (1 + self.min_gain)
 
     def recommendation(self) -> Trial | None:

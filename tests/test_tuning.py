@@ -159,6 +159,34 @@ def test_the_spacing_the_throttle_settled_on_is_tried_and_kept_when_as_fast() ->
     assert all(tr.settings.delay == (1.04, 1.2) for tr in after)
 
 
+def test_the_throttled_spacing_is_dropped_when_clearly_slower() -> None:
+    t = tuner(min_gain=0.05)
+    results = {
+        "start": TrialResult(sent=100, attempts=100, success=99, rate_limited=1, seconds=20.0,
+                             throttled_delay=(1.3, 1.6)),  # 297/min
+        "POLITE_DELAY down": TrialResult(sent=100, attempts=100, success=98, rate_limited=2, seconds=25.0),
+    }
+    first = t.next_trial()
+    assert first is not None
+    t.record(first, results["start"])
+    second = t.next_trial()
+    assert second is not None and second.change == "POLITE_DELAY down"
+    t.record(second, results["POLITE_DELAY down"])
+    third = t.next_trial()
+    assert third is not None and third.change == "POLITE_DELAY as throttled"
+    assert third.settings.delay == (1.3, 1.6)
+    # 14% slower: within three times min_gain, kept as the gentler setting.
+    t.record(third, TrialResult(sent=100, attempts=100, success=100, seconds=23.5))
+    assert t.recommendation() is third
+    t2 = tuner(min_gain=0.05)
+    for result in (results["start"], results["POLITE_DELAY down"],
+                   TrialResult(sent=100, attempts=100, success=100, seconds=26.0)):  # 23% slower
+        trial = t2.next_trial()
+        assert trial is not None
+        t2.record(trial, result)
+    assert t2.recommendation() is t2.trials[0] and t2.trials[2].verdict == "no gain"
+
+
 def test_no_throttled_trial_when_the_throttle_kept_the_spacing() -> None:
     t = tuner()
     trials = search(t, per_ip_site(0.5))
