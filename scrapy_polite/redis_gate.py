@@ -8,17 +8,20 @@ health. Each grant is one Lua script (:mod:`scrapy_polite.redis_scripts`), so
 two processes can never both take the last slot.
 
 What stays local: the queue of waiting requests (each process serves its own
-in order), and a mirror of the host values the throttle reads, refreshed by
-every grant attempt.
+in order), and a mirror of the host values the throttle reads and of the
+health of the endpoints, refreshed by every grant attempt.
 
 Crashes: a lease expires ``POLITE_STATE_LEASE_TTL`` seconds after its last
 renewal, and live processes renew theirs every third of that, so a killed
-process frees its endpoints and host slots within seconds. The URLs it was
-holding are moved to an orphans list by the first survivor that notices.
+process frees its endpoints and host slots within seconds. Its heartbeat lasts
+three TTLs; then the URLs it was holding are moved to an orphans list by the
+first survivor that notices.
 
 Lost Redis: no lease is granted while Redis is unreachable (requests wait,
-nothing is sent unguarded); the gate retries with backoff, logs the outage once
-and its end once, and re-asserts its in-flight leases when Redis is back.
+nothing is sent unguarded); each loop retries with its own backoff (renewals at
+most a quarter TTL apart), the outage is logged once and its end once, and the
+in-flight leases are re-asserted when Redis is back. After Redis lost its data,
+or nobody reached it for a TTL, the fleet waits a grace period before new grants.
 """
 
 from __future__ import annotations
