@@ -152,6 +152,7 @@ class RedisGate:
         self._sessions: dict[str, SessionState] = {}
         self._leases: dict[str, Lease] = {}
         self._fleet_inflight: dict[str, int] = {}
+        self._signals: dict[str, float] = {}
         # This process's own spacing per (endpoint key, host), kept locally too, so
         # a Redis restart that loses its data cannot make this process send early.
         self._spacing: dict[tuple[str, str], float] = {}
@@ -214,6 +215,10 @@ class RedisGate:
         """Requests in flight to *host* from the whole fleet, as last seen."""
         return self._fleet_inflight.get(host, 0)
 
+    def last_signal(self, host: str) -> float:
+        """When (this process's clock) any process last got a rate signal from *host*, as last seen."""
+        return self._signals.get(host, -math.inf)
+
     def endpoint_usable(self, st: EndpointState) -> bool:
         return not st.removed and st.failures < self.max_failures
 
@@ -241,7 +246,7 @@ class RedisGate:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name.upper()))
             for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok", "unpin", "leave")
+                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal")
         }
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
@@ -355,6 +360,10 @@ class RedisGate:
             st.unhealthy_until = max(st.unhealthy_until, self._clock() + seconds)
             self._extend(self.keys.endpoint(ep_id), "unhealthy_until", seconds)
         else:
+            # A cooldown for one host is its rate signal: every process learns when.
+            self._signals[host] = self._clock()
+            key = self.keys.host(host)
+            self._op(lambda: self._scripts["signal"](args=[key, _IDLE_TTL]))
             self._extend(self.keys.pair(ep_id, host), "cooldown_until", seconds)
         self._kick()
 
@@ -569,7 +578,7 @@ class RedisGate:
         h = self.host(host)
         low, high = h.delay
         u = self._rng.random()
-        code, ep_id, at, state, health = await self._scripts["acquire"](args=[
+        code, ep_id, at, state, health, signal = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
             u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
@@ -578,6 +587,8 @@ class RedisGate:
         now = self._clock()
         redis_now = self._seen = float(state[0])
         self._mirror(h, host, state, now)
+        if signal:
+            self._signals[host] = max(self._signals.get(host, -math.inf), now - (redis_now - float(signal)))
         self._mirror_health(health, redis_now, now)
         wait = max(0.0, float(at) - redis_now)
         if code == "grace" and float(at) > self._grace_until:

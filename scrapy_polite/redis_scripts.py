@@ -53,7 +53,8 @@ end
 #: that is not among a complete candidate list (a later crawl with another
 #: pool) is treated like a dead one.
 #: The reply's fifth element lists (id, failures, unhealthy_until) of every
-#: endpoint the script looked at, for the process's health mirror.
+#: endpoint the script looked at, for the process's health mirror; the sixth is
+#: the host's last rate signal from any process ('' = none).
 #: Returns {code, endpoint id, time, {now, limit, lo, hi, min_delay, interval,
 #: paused_until, fleet in-flight, grants, gap}}; gap (seconds since the
 #: endpoint's previous request to the host, -1: none remembered) only when granted.
@@ -83,7 +84,7 @@ local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostr
 -- Health of every endpoint looked at, so each process's mirror follows the shared counts.
 local seen, seen_at = {}, {}
 local function reply(code, id, at)
-  return {code, id or '', tostring(at or now), state, seen}
+  return {code, id or '', tostring(at or now), state, seen, redis.call('HGET', hk, 'last_signal') or ''}
 end
 if grace > now then return reply('grace', '', grace) end
 if paused > now then return reply('paused', '', paused) end
@@ -266,6 +267,16 @@ redis.call('DEL', p .. 'held:' .. proc)
 redis.call('ZREM', p .. 'procs', proc)
 if redis.call('ZCARD', p .. 'procs') == 0 then redis.call('DEL', p .. 'alive') end
 return 1
+"""
+
+#: A rate signal from a host (a cooldown after its 429), timed fleet-wide: a
+#: throttle that saw none must not step the host's limit back up within its
+#: recovery window. ARGV: host key, idle ttl. Returns the time.
+SIGNAL = _PRELUDE + """
+local now = clock()
+redis.call('HSET', ARGV[1], 'last_signal', tostring(now))
+keep(ARGV[1], tonumber(ARGV[2]))
+return tostring(now)
 """
 
 #: Unpin a session from an endpoint this process found unusable (unless another

@@ -465,3 +465,18 @@ async def test_the_orphans_list_is_bounded(redis_server) -> None:
     assert client.lindex("t:orphans", 0) == "old1"
     client.close()
     await stop(b)
+
+
+@on_asyncio
+async def test_a_rate_signal_is_seen_by_every_process(redis_server) -> None:
+    a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2)
+    lease, _ = await granted(b.acquire("h"))
+    b.release(lease)
+    assert b.last_signal("h") == float("-inf")
+    a.cool_endpoint(next(iter(a.endpoints)), "h", 0.2)  # a 429 from h, seen in a only
+    signalled = time.monotonic()
+    await settle()
+    lease, _ = await granted(b.acquire("h"))  # the next grant attempt brings the time along
+    assert abs(b.last_signal("h") - signalled) < 0.2
+    b.release(lease)
+    await stop(a, b)
