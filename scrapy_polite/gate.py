@@ -47,9 +47,12 @@ class Lease:
     released: bool = False
     #: Names the lease in a shared backend (empty for the in-memory gate).
     token: str = ""
-    #: Seconds since this endpoint's previous request to this host (inf: none
-    #: remembered). The throttle tells per-IP limits from host-wide ones by it.
+    #: Seconds since this endpoint's previous request to this host, and how long
+    #: of that its spacing had already let it go (inf: none remembered). Near-zero
+    #: slack means spacing held the request: the throttle tells per-IP limits from
+    #: host-wide ones by these.
     gap: float = math.inf
+    slack: float = math.inf
 
 
 @dataclass(eq=False)
@@ -571,6 +574,7 @@ class LocalGate:
         spacing = max(self._rng.uniform(low, high), h.min_delay)
         pair = self._pair(key, waiter.host)
         gap = now - pair.last_granted
+        slack = now - max(pair.next_allowed, pair.last_granted + max(low, h.min_delay))
         pair.last_granted = now
         pair.next_allowed = now + spacing
         if waiter.session is not None:
@@ -579,7 +583,7 @@ class LocalGate:
             s.requests += 1
             s.queue.popleft()
         waiter.done = True
-        lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created, gap=gap)
+        lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created, gap=gap, slack=max(0.0, slack))
         self._leases[id(lease)] = lease
         waiter.deferred.callback(lease)
 

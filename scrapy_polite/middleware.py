@@ -333,7 +333,7 @@ class PoliteProxyMiddleware:
                 self.gate.cool_endpoint(ep.key, None, delay)
             elif self.runtime.throttle is not None:
                 self.runtime.throttle.rate_limited(
-                    lease.host, ep, delay, status, gap=lease.gap, granted_at=lease.granted_at
+                    lease.host, ep, delay, status, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at
                 )
             else:
                 self.gate.cool_endpoint(ep.key, lease.host, delay)

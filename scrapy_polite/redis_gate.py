@@ -610,8 +610,9 @@ class RedisGate:
                     else:
                         self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
                 return "refused", 0.0
-            gap = float(state[9]) if len(state) > 9 else -1.0
-            self._grant(w, self._endpoints[key], h, now, gap if gap >= 0 else math.inf)
+            gap, slack = (float(v) for v in state[9:11]) if len(state) > 10 else (-1.0, -1.0)
+            self._grant(w, self._endpoints[key], h, now, gap if gap >= 0 else math.inf,
+                        slack if slack >= 0 else math.inf)
             # The same spacing the script drew, from the same band and the same u.
             lo, hi = h.delay
             self._spacing[(key, host)] = now + max(lo + u * (hi - lo), h.min_delay)
@@ -655,7 +656,9 @@ class RedisGate:
         if len(state) > 8:
             h.grants = int(float(state[8]))
 
-    def _grant(self, w: _Waiter, st: EndpointState, h: HostState, now: float, gap: float = math.inf) -> None:
+    def _grant(
+        self, w: _Waiter, st: EndpointState, h: HostState, now: float, gap: float = math.inf, slack: float = math.inf
+    ) -> None:
         key = st.endpoint.key
         st.inflight += 1
         st.requests += 1
@@ -674,7 +677,7 @@ class RedisGate:
             s.requests += 1
             s.queue.popleft()
         w.done = True
-        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap)
+        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack)
         self._leases[w.token] = lease
         w.deferred.callback(lease)
 

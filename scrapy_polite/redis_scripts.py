@@ -56,8 +56,9 @@ end
 #: endpoint the script looked at, for the process's health mirror; the sixth is
 #: the host's last rate signal from any process ('' = none).
 #: Returns {code, endpoint id, time, {now, limit, lo, hi, min_delay, interval,
-#: paused_until, fleet in-flight, grants, gap}}; gap (seconds since the
-#: endpoint's previous request to the host, -1: none remembered) only when granted.
+#: paused_until, fleet in-flight, grants, gap, slack}}; gap (seconds since the
+#: endpoint's previous request to the host) and slack (how long its spacing had
+#: let it go before this request), -1 when none is remembered, only when granted.
 ACQUIRE = _PRELUDE + """
 local p, host, session, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local ttl, epc = tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -197,11 +198,14 @@ end
 if interval > 0 then redis.call('HSET', hk, 'next_start', tostring(now + interval)) end
 local spacing = math.max(lo + u * (hi - lo), min_delay)
 local pk = p .. 'p:' .. chosen .. ':' .. host
-local last = tonumber(redis.call('HGET', pk, 'granted'))
+local prev = redis.call('HMGET', pk, 'granted', 'next_allowed')
+local last = tonumber(prev[1])
 redis.call('HSET', pk, 'next_allowed', tostring(now + spacing), 'granted', tostring(now))
 keep(pk, spacing + 1)
 state[9] = tostring(redis.call('HINCRBY', hk, 'grants', 1))
 state[10] = last and tostring(now - last) or '-1'
+state[11] = last and tostring(math.max(0, now - math.max(tonumber(prev[2]) or 0, last + math.max(lo, min_delay))))
+  or '-1'
 return reply('granted', chosen, now)
 """
 

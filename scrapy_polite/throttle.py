@@ -8,8 +8,8 @@ searches two values separately:
 - each endpoint's **spacing** (the ``POLITE_DELAY`` band), against a per-IP
   limit.
 
-A rate signal is blamed on spacing when its endpoint was reused within the
-spacing band and no clean answer has come after a gap that short; otherwise
+A rate signal is blamed on spacing when its endpoint went as soon as its
+spacing let it and no clean answer has come after a gap that short; otherwise
 on the host. The host rate is searched as TCP searches a window: it climbs a
 step per clean answer while it is what limits the pool (in adaptive mode it
 starts there, at the rate of its concurrency at the shortest spacing), a
@@ -66,12 +66,13 @@ SPACING_REACH = 0.5
 SPACING_STEP = 0.95
 JITTER_STEP = 0.9
 MIN_JITTER = 0.05
-#: A gap this share beyond the band still counts as "within the band" (timers
-#: and the network add a little to every gap).
+#: A request whose endpoint had been free to go for at most this long (or this
+#: share of its gap: timers fire late) was held by its spacing.
+SLACK_TOLERANCE = 0.05
 GAP_TOLERANCE = 0.05
 #: Each clean window eases the memory of the longest failing gap by this factor,
-#: so a limit that relaxes is found again.
-BAD_GAP_DECAY = 0.97
+#: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
+BAD_GAP_DECAY = 0.85
 #: Each clean answer sent at the current host rate raises it by this share; a
 #: host holds one step below the rate that last failed.
 RATE_STEP = 0.1
@@ -79,6 +80,11 @@ RATE_STEP = 0.1
 #: (at least ``RATE_SPAN_MIN``), for a first cut when the host had no rate yet.
 RATE_WINDOW = 3.0
 RATE_SPAN_MIN = 1.0
+#: When fewer than this share of the answers over ``RATE_WINDOW`` were clean
+#: (out of at least ``RATE_MIN_ANSWERS``), a step down is too small: the host
+#: takes the rate sent times that share.
+RATE_CLEAN_SHARE = 0.8
+RATE_MIN_ANSWERS = 10
 #: A host interval below this is dropped: the other limits bind first.
 MIN_INTERVAL = 0.02
 
@@ -107,8 +113,12 @@ class _HostPolicy:
     moved: bool = False
     #: Host-rate signals since the last clean answer: each one steps down further.
     fail_streak: int = 0
-    #: (time, the gate's grant count for the host), for the rate actually sent.
+    #: Whether this hold has already forgiven one signal below ``bad`` as noise.
+    forgiven: bool = False
+    #: (time, the gate's grant count for the host), for the rate actually sent,
+    #: and (time, clean?) of this process's answers over the same window.
     grants: deque[tuple[float, int]] = field(default_factory=deque)
+    answers: deque[tuple[float, bool]] = field(default_factory=deque)
     spacing_changed: float = -math.inf
     #: The longest endpoint gap that drew a per-IP signal, and when.
     bad_gap: float = 0.0
@@ -150,6 +160,7 @@ class ThrottlePolicy:
         status: int = 429,
         *,
         gap: float = math.inf,
+        slack: float = math.inf,
         granted_at: float | None = None,
     ) -> None:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
@@ -158,10 +169,11 @@ class ThrottlePolicy:
         old = self._snapshot(host)
         p.last_signal = now
         sent = self._sent_rate(p, host, now)
+        self._remember_answer(p, False, now)
         gate.cool_endpoint(endpoint.key, host, delay)
         h = gate.host(host)
         changes: list[str] = []
-        if self._blames_spacing(p, h, gap, now):
+        if self._blames_spacing(p, gap, slack, now):
             changes += self._raise_spacing(p, host, gap, now)
         else:
             sent_at = now if granted_at is None else granted_at
@@ -196,6 +208,7 @@ class ThrottlePolicy:
         old = self._snapshot(host)
         sent_at = now if granted_at is None else granted_at
         self._remember_clean_gap(p, gap, now)
+        self._remember_answer(p, True, now)
         self._sent_rate(p, host, now)
         changes: list[str] = []
         if sent_at > p.rate_changed:
@@ -241,6 +254,11 @@ class ThrottlePolicy:
         t0, g0 = p.grants[0]
         return max(0, grants - g0) / max(now - t0, RATE_SPAN_MIN)
 
+    def _remember_answer(self, p: _HostPolicy, clean: bool, now: float) -> None:
+        p.answers.append((now, clean))
+        while p.answers[0][0] < now - RATE_WINDOW:
+            p.answers.popleft()
+
     def _remember_clean_gap(self, p: _HostPolicy, gap: float, now: float) -> None:
         window = self.config.recovery_window
         if math.isfinite(gap):
@@ -256,9 +274,11 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
-    def _blames_spacing(self, p: _HostPolicy, h: HostState, gap: float, now: float) -> bool:
-        """A per-IP limit: the endpoint came back within its band, sooner than any clean answer's."""
-        return gap <= h.delay[1] * (1 + GAP_TOLERANCE) and gap < self._shortest_clean_gap(p, now)
+    def _blames_spacing(self, p: _HostPolicy, gap: float, slack: float, now: float) -> bool:
+        """A per-IP limit: the endpoint went as soon as its spacing let it, after a
+        gap shorter than any clean answer's."""
+        held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
+        return held and gap < self._shortest_clean_gap(p, now)
 
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site."""
@@ -317,6 +337,11 @@ class ThrottlePolicy:
             )
         if sent_at < p.rate_changed:
             return changes  # sent at an older rate, already answered for
+        # When many recent answers failed, the host has said what it takes: the rate
+        # sent times the share answered cleanly. The host holds there.
+        share = sum(clean for _, clean in p.answers) / len(p.answers)
+        enough = len(p.answers) >= RATE_MIN_ANSWERS and sent > 0
+        accepted = sent * share if enough and share < RATE_CLEAN_SHARE else None
         if h.interval > 0:
             # The host rate drew the signal: back to the clean rate it just climbed
             # from, else a step down that doubles with each signal in a row (one
@@ -326,12 +351,18 @@ class ThrottlePolicy:
             if p.good is not None and p.good < rate:
                 new = p.good
             else:
-                new = max(rate * cfg.backoff_factor, rate / (1 + RATE_STEP) ** (2 ** (p.fail_streak - 1)))
+                new = rate / (1 + RATE_STEP) ** (2 ** (p.fail_streak - 1))
             failed = rate
+            if accepted is not None and accepted < new:
+                new = max(accepted, rate * cfg.backoff_factor)
+                failed = new * (1 + RATE_STEP)
+            new = max(new, rate * cfg.backoff_factor)
+        elif wide and accepted is not None:
+            # No host rate yet: take what the host accepted.
+            new, failed = accepted, accepted * (1 + RATE_STEP)
         elif wide and sent > 0:
-            # No host rate yet: cut what was actually sent, and climb back toward it.
-            new = sent * cfg.backoff_factor
-            failed = sent
+            # No host rate yet, few failures: cut what was sent, climb back toward it.
+            new, failed = sent * cfg.backoff_factor, sent
         else:
             return changes
         if p.ceiling is None or failed >= p.ceiling:
@@ -339,7 +370,10 @@ class ThrottlePolicy:
         elif failed < p.ceiling / (1 + RATE_STEP) ** 2:
             p.moved = True
             p.ceiling = failed
-        p.bad = failed
+        if p.bad is not None and failed < p.bad and not p.forgiven and accepted is None:
+            p.forgiven = True  # one signal below the ceiling per hold is noise: step down, keep the ceiling
+        else:
+            p.bad = failed
         p.good = None
         changes.append(self._set_rate(p, host, new, now))
         return changes
@@ -356,6 +390,7 @@ class ThrottlePolicy:
             if now - p.rate_changed < self.config.recovery_window / (2 if p.moved else 1):
                 return []  # hold one step below the rate that failed
             p.bad = None  # then probe past it: limits move
+            p.forgiven = False
         if p.ceiling is not None and rate > p.ceiling * (1 + RATE_STEP) ** 2:
             p.moved = True
         new: float | None = rate * (1 + RATE_STEP)

@@ -316,6 +316,7 @@ def test_lease_carries_the_endpoints_gap_and_the_host_counts_grants() -> None:
     ft.advance(1.5)
     second = granted([gate.acquire("a")])[0]
     assert second.gap == pytest.approx(1.5)
+    assert second.slack == pytest.approx(0.5)  # free to go for 0.5 s: spacing did not hold it
     assert gate.host("a").grants == 2
     gate.release(second)
     ft.advance(1.0 + PAIR_MEMORY + 1)
@@ -332,6 +333,7 @@ def test_raised_band_holds_spacings_drawn_before_it() -> None:
     assert not later
     ft.advance(0.11)
     assert later and later[0].gap == pytest.approx(1.0)
+    assert later[0].slack == pytest.approx(0.0)  # held by its spacing to the last moment
 
 
 def adaptive_policy(**settings: object) -> tuple[ThrottlePolicy, LocalGate, FakeTime, list]:
@@ -399,6 +401,52 @@ def test_host_rate_steps_down_further_with_each_signal_in_a_row_and_reprobes_soo
     assert rate(gate) == pytest.approx(held * 1.1)
 
 
+def test_one_signal_below_the_ceiling_per_hold_is_noise() -> None:
+    policy, gate, ft, _ = adaptive_policy()
+    ep = next(iter(gate.endpoints.values())).endpoint
+    policy.ok("a", 200)
+    for _ in range(3):
+        ft.advance(0.5)
+        policy.ok("a", 200, granted_at=ft.now)
+    ft.advance(0.5)
+    policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # fails at 2.5 x 1.1^3
+    held = rate(gate)
+    ft.advance(0.5)
+    policy.ok("a", 200, granted_at=ft.now)
+    ft.advance(0.5)
+    policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # once below it: noise
+    assert rate(gate) == pytest.approx(held / 1.1)
+    ft.advance(0.5)
+    policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(held)  # back up: the ceiling is kept
+    ft.advance(0.5)
+    policy.ok("a", 200, granted_at=ft.now)
+    ft.advance(0.5)
+    policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # twice: the ceiling comes down
+    ft.advance(0.5)
+    policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(held / 1.1)
+
+
+def test_host_rate_falls_to_what_the_host_accepted_when_many_answers_fail() -> None:
+    policy, gate, ft, _ = adaptive_policy()
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    policy.ok("a", 200)
+    gate.set_host_interval("a", 1 / 6)
+    before = ft.now - 1  # granted before the rate was set: these answers speak of an older rate
+    for i in range(12):  # 6 req/s sent, every third answer a 429
+        ft.advance(1 / 6)
+        gate.host("a").grants += 1
+        if i % 3 == 2:
+            policy.rate_limited("a", eps[i % 8], 2.0, gap=5.0, granted_at=before)
+        else:
+            policy.ok("a", 200, granted_at=before)
+    ft.advance(1 / 6)
+    gate.host("a").grants += 1
+    policy.rate_limited("a", eps[0], 2.0, gap=5.0, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(6 * 9 / 14)  # the rate sent x the clean share, not a 10% step
+
+
 def test_per_ip_signal_moves_spacing_above_its_gap() -> None:
     policy, gate, ft, _ = adaptive_policy(POLITE_DELAY=(0.5, 0.6))
     ep = next(iter(gate.endpoints.values())).endpoint
@@ -406,7 +454,7 @@ def test_per_ip_signal_moves_spacing_above_its_gap() -> None:
         ft.advance(0.2)
         policy.ok("a", 200, gap=gap, granted_at=ft.now)
     before = rate(gate)
-    policy.rate_limited("a", ep, 2.0, gap=0.55, granted_at=ft.now)  # within the band, shorter than any clean gap
+    policy.rate_limited("a", ep, 2.0, gap=0.55, slack=0.0, granted_at=ft.now)  # held by spacing, shortest gap
     lo, hi = gate.host("a").delay
     assert lo == pytest.approx(0.55 * 1.5)  # the shortest clean gap, capped at SPACING_REACH above the failure
     assert lo < hi <= lo * 1.1  # adaptive: a narrow band just above it
@@ -421,7 +469,7 @@ def test_signal_after_a_gap_that_was_clean_elsewhere_is_blamed_on_the_host() -> 
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)
     before = rate(gate)
     ft.advance(0.1)
-    policy.rate_limited("a", ep, 2.0, gap=1.0, granted_at=ft.now)  # 0.9 was fine: not a per-IP limit
+    policy.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)  # 0.9 was fine: not a per-IP limit
     assert gate.host("a").delay == (0.8, 1.6)
     assert rate(gate) < before
 
@@ -442,7 +490,7 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
     ft.advance(1)
     policy.ok("a", 200, gap=0.96, granted_at=ft.now)
     assert gate.host("a").delay[0] == pytest.approx(0.95 ** 2)
-    policy.rate_limited("a", ep, 2.0, gap=0.9, granted_at=ft.now)
+    policy.rate_limited("a", ep, 2.0, gap=0.9, slack=0.0, granted_at=ft.now)
     for _ in range(12):  # within a recovery window: the failure stays the floor
         ft.advance(1.5)
         policy.ok("a", 200, gap=1.2, granted_at=ft.now)
@@ -457,7 +505,7 @@ def test_defaults_never_go_below_the_configured_spacing_nor_set_a_rate_on_their_
     ep = next(iter(gate.endpoints.values())).endpoint
     policy.ok("a", 200)
     assert gate.host("a").interval == 0.0  # no slow start without adaptive mode
-    policy.rate_limited("a", ep, 1.0, gap=0.85, granted_at=ft.now)
+    policy.rate_limited("a", ep, 1.0, gap=0.85, slack=0.0, granted_at=ft.now)
     lo, hi = gate.host("a").delay
     assert lo >= 0.85 * 1.05 and hi >= 1.6  # raised, never narrower than POLITE_DELAY
     for _ in range(200):
