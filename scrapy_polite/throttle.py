@@ -10,16 +10,23 @@ searches two values separately:
 
 A rate signal is blamed on spacing when its endpoint went as soon as its
 spacing let it and no clean answer has come after a gap that short; otherwise
-on the host. The host rate is searched as TCP searches a window: it climbs a
-step per clean answer while it is what limits the pool (in adaptive mode it
-starts there, at the rate of its concurrency at the shortest spacing), a
-signal falls back to the last clean rate (or cuts by ``POLITE_BACKOFF_FACTOR``
-if that rate was the one that failed), and the host holds just below the rate
-that failed for half a recovery window before probing above it again. A host
-rate that no longer limits anything is dropped. Spacing moves just above the
-longest gap that drew a per-IP signal; in adaptive mode it narrows a step per
-clean answer toward ``POLITE_DELAY_FLOOR`` (never within that margin of the
-failing gap), while the spacing, not the host rate, limits the pool.
+on the host (the gate's lease says both).
+
+The host rate is searched as TCP searches a window. It climbs 10% per clean
+answer sent at the current rate (in adaptive mode a new host starts there, at
+its concurrency over the shortest spacing: a slow start, so the first burst of
+links does not hit a host-wide cap at once). A signal falls back to the clean
+rate it climbed from, or steps down a further 10% that doubles with each
+signal in a row (down to ``POLITE_BACKOFF_FACTOR``); when many recent answers
+failed, the rate becomes what the host accepted. The host then holds one step
+below the rate that failed for a recovery window (half of one once its limit
+has been seen to move) before probing past it. Climbing past what the pool can
+send at its spacing drops the host rate: it limits nothing.
+
+Spacing moves just above the longest gap that drew a per-IP signal (or to the
+shortest clean gap near it). In adaptive mode, while the host has no rate of
+its own, it narrows a step per spacing toward ``POLITE_DELAY_FLOOR``, never
+down to that failing gap, which each clean window lets go of a little.
 
 Concurrency keeps plain AIMD: a signal halves it (once per recovery window,
 floor 1), a clean window adds one back, up to ``POLITE_HOST_CONCURRENCY_MAX``.
@@ -60,9 +67,10 @@ DELAY_CEILING = 4.0
 #: it; a shorter clean gap within ``SPACING_REACH`` above it is taken instead.
 SPACING_MARGIN = 0.05
 SPACING_REACH = 0.5
-#: Adaptive mode narrows the spacing by this factor per clean answer, and the
-#: jitter band by ``JITTER_STEP``, down to ``MIN_JITTER`` of the delay: a narrow
-#: band just above a limit beats a wide one straddling it.
+#: Adaptive mode narrows the spacing by this factor per spacing (an answer whose
+#: gap began after the last change), and the jitter band by ``JITTER_STEP``,
+#: down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a
+#: wide one straddling it.
 SPACING_STEP = 0.95
 JITTER_STEP = 0.9
 MIN_JITTER = 0.05
@@ -91,7 +99,6 @@ MIN_INTERVAL = 0.02
 
 @dataclass
 class _HostPolicy:
-    created: float
     #: Last clean-window step (concurrency, spacing restored toward POLITE_DELAY).
     last_change: float
     last_decrease: float = -math.inf
@@ -102,13 +109,13 @@ class _HostPolicy:
     parks: int = 0
     #: Answers to requests granted before this were sent at an older host rate.
     rate_changed: float = -math.inf
-    #: The host rate (req/s) last answered cleanly, and the lowest one that drew
-    #: a signal since: the host holds just below it before probing past it.
+    #: The host rate (req/s) last answered cleanly, and the one that drew the
+    #: last signal: the host holds just below it before probing past it.
     good: float | None = None
     bad: float | None = None
-    #: The highest rate that failed (kept while probing), and whether the limit
-    #: has been seen to move (a failure far below it, or a clean climb far past
-    #: it): such a host is re-probed twice as often.
+    #: The rate the limit was last found at (kept while probing), and whether the
+    #: limit has been seen to move (a failure far below it, or a clean climb far
+    #: past it): such a host is re-probed twice as often.
     ceiling: float | None = None
     moved: bool = False
     #: Host-rate signals since the last clean answer: each one steps down further.
@@ -120,9 +127,8 @@ class _HostPolicy:
     grants: deque[tuple[float, int]] = field(default_factory=deque)
     answers: deque[tuple[float, bool]] = field(default_factory=deque)
     spacing_changed: float = -math.inf
-    #: The longest endpoint gap that drew a per-IP signal, and when.
+    #: The longest endpoint gap that drew a per-IP signal.
     bad_gap: float = 0.0
-    bad_gap_at: float = -math.inf
     #: Clean answers' gaps over the last recovery window, (time, gap) with
     #: increasing gaps, so the first one is the shortest.
     clean_gaps: deque[tuple[float, float]] = field(default_factory=deque)
@@ -131,10 +137,11 @@ class _HostPolicy:
 class ThrottlePolicy:
     """The decisions, free of Scrapy, so they can be tested on their own.
 
-    ``gap`` is the seconds since the answering request's endpoint last sent to
-    the host, and ``granted_at`` when the gate let the request go (both from the
-    :class:`~scrapy_polite.gate.Lease`); without them every answer counts as sent
-    now after a long gap.
+    ``gap`` (seconds since the answering request's endpoint last sent to the
+    host), ``slack`` (how long of that its spacing had already let it go) and
+    ``granted_at`` (when the gate let it go) come from the
+    :class:`~scrapy_polite.gate.Lease`; without them an answer counts as sent
+    now, after a long gap, and a signal is blamed on the host.
     """
 
     def __init__(
@@ -229,7 +236,7 @@ class ThrottlePolicy:
         p = self._hosts.get(host)
         if p is None:
             now = self.clock()
-            p = self._hosts[host] = _HostPolicy(created=now, last_change=now)
+            p = self._hosts[host] = _HostPolicy(last_change=now)
             h = self.gate.host(host)
             p.grants.append((now, h.grants))
             cfg = self.config
@@ -284,7 +291,6 @@ class ThrottlePolicy:
         """Put the spacing band just above *gap*, which was too short for the site."""
         cfg, h = self.config, self.gate.host(host)
         p.bad_gap = max(p.bad_gap, gap)
-        p.bad_gap_at = now
         lo, hi = h.delay
         # Just above the failing gap, or the shortest gap known to be clean if that
         # is not far above it: a known-good spacing beats a guess.
