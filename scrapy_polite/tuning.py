@@ -109,6 +109,15 @@ class TrialResult:
     paced_rate_limited: int | None = None
     #: The spacing the throttle ended the trial with (``None``: not reported).
     throttled_delay: tuple[float, float] | None = None
+    #: The busiest host, and the minimum interval between any two requests to it the
+    #: throttle ended with (0: none; it sets one when the host limits its total rate).
+    throttled_host: str | None = None
+    throttled_interval: float = 0.0
+
+    @property
+    def host_rate_limit(self) -> float | None:
+        """Requests/s the throttle held the host to, when it found a host-wide limit."""
+        return 1.0 / self.throttled_interval if self.throttled_interval > 0 else None
 
     @property
     def pages_per_min(self) -> float:
@@ -146,6 +155,8 @@ class TrialResult:
             paced_attempts=paced.get("attempts"),
             paced_rate_limited=paced.get("rate_limited"),
             throttled_delay=(float(throttled[0]), float(throttled[1])) if throttled else None,
+            throttled_host=throttle.get("host"),
+            throttled_interval=float(throttle.get("interval") or 0.0),
         )
 
 

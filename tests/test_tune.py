@@ -145,3 +145,26 @@ def test_tune_stops_pushing_when_the_site_starts_blocking(sandbox: Any, tmp_path
     rows = [line for line in run.out.splitlines() if re.match(r"^\s*\d+\s{2}", line)]
     assert rows[-1].endswith("BLOCKED") and len(rows) == run.trials, run.report()
     assert run.delay is not None and run.delay[0] >= 1 / 1.4, run.report()
+
+
+@pytest.mark.slow
+def test_tune_host_wide_cap_reports_the_rate_the_site_allows(sandbox: Any, tmp_path: Path) -> None:
+    """A host-wide cap of 3 req/s over 8 proxies: no POLITE_* setting is a host rate, so the
+    throttle finds it after the first 429s in every crawl. The command reports the rate it held
+    the host to, which must be near the cap, and recommends clean settings."""
+    cap = 3.0
+    config = SandboxConfig(sites=[SiteConfig(name="a", host_rate=cap, host_burst=1, retry_after=2)],
+                           proxies=ProxyConfig(count=8, gateway=False))
+    run = tune(sandbox, tmp_path, config, "--budget", "120", "--trial-requests", "60", "--trial-seconds", "20")
+    assert run.proc.returncode == 0, run.report()
+    assert_within_budget(run)
+    assert not [e for e in run.log if e["status"] == 403], run.report()
+    held = re.search(r"^Host-wide limit: in trial \d+ the throttle held \S+ to ([\d.]+) requests/s", run.out, re.M)
+    assert held, run.report()
+    assert 0.75 * cap <= float(held.group(1)) <= 1.1 * cap, run.report()
+    best = re.search(r"^Recommended settings.py lines \(trial \d+: ([\d.]+) successful pages/min, "
+                     r"429 rate ([\d.]+)%", run.out, re.M)
+    assert best, run.report()
+    # Never above what the site serves; the start-up burst and the throttle's search cost some.
+    assert 0.5 * cap * 60 <= float(best.group(1)) <= 1.05 * cap * 60, run.report()
+    assert float(best.group(2)) <= 5.0

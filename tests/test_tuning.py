@@ -370,5 +370,10 @@ def test_the_429_rate_is_taken_over_paced_answers() -> None:
     assert tuner().acceptable(result)
     data["paced"] = {"attempts": 52, "rate_limited": 3}
     assert not tuner().acceptable(TrialResult.from_trial_file(data))
+    assert result.host_rate_limit is None and result.throttled_delay is None
+    data["throttle"] = {"host": "shop.example", "delay": [0.8, 1.6], "concurrency": 1, "interval": 0.25}
+    result = TrialResult.from_trial_file(data)
+    assert result.host_rate_limit == 4.0 and result.throttled_host == "shop.example"
+    assert result.throttled_delay == (0.8, 1.6)
     # Without paced answers (every answer was an endpoint's first), all answers count.
     assert TrialResult(sent=4, attempts=4, success=3, rate_limited=1, paced_attempts=0).rate_429 == 0.25

@@ -174,6 +174,13 @@ class Command(ScrapyCommand):
             out("")
             for line in settings_lines(best.settings, endpoint_concurrency):
                 out(line)
+            if r.host_rate_limit is not None:
+                out("")
+                out(
+                    f"Host-wide limit: in trial {best.index} the throttle held {r.throttled_host} to "
+                    f"{r.host_rate_limit:.2f} requests/s after its first 429s, whatever the delay; "
+                    "every crawl finds that rate again the same way."
+                )
         else:
             out("")
             out(
