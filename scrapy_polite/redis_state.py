@@ -92,6 +92,15 @@ class Keys:
     def session_lock(self, session: str) -> str:
         return f"{self.prefix}sl:{session}"
 
+    def released(self, token: str) -> str:
+        """String, for two lease TTLs: the lease was released, so a late renewal leaves it alone."""
+        return f"{self.prefix}rel:{token}"
+
+    @property
+    def alive(self) -> str:
+        """Hash: at (last touch), since (start of this record), grace (no new lease before)."""
+        return f"{self.prefix}alive"
+
     def pin(self, session: str) -> str:
         """String: the endpoint id a session is pinned to; expires when the session idles."""
         return f"{self.prefix}pin:{session}"
