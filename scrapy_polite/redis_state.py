@@ -71,7 +71,7 @@ class Keys:
         self.prefix = f"{namespace}:"
 
     def host(self, host: str) -> str:
-        """Hash: limit, delay band, min_delay, interval, next_start, paused_until."""
+        """Hash: limit, delay band, min_delay, interval, next_start, paused_until, grants."""
         return f"{self.prefix}h:{host}"
 
     def host_leases(self, host: str) -> str:
@@ -86,7 +86,8 @@ class Keys:
         return f"{self.prefix}el:{ep_id}"
 
     def pair(self, ep_id: str, host: str) -> str:
-        """Hash: next_allowed, cooldown_until, banned_until; expires with its last timer."""
+        """Hash: next_allowed, cooldown_until, banned_until, granted (the last grant's time);
+        expires a second after its last timer."""
         return f"{self.prefix}p:{ep_id}:{host}"
 
     def session_lock(self, session: str) -> str:
