@@ -174,13 +174,6 @@ class Command(ScrapyCommand):
             out("")
             for line in settings_lines(best.settings, endpoint_concurrency):
                 out(line)
-            if r.host_rate_limit is not None:
-                out("")
-                out(
-                    f"Host-wide limit: in trial {best.index} the throttle held {r.throttled_host} to "
-                    f"{r.host_rate_limit:.2f} requests/s after its first 429s, whatever the delay; "
-                    "every crawl finds that rate again the same way."
-                )
         else:
             out("")
             out(
@@ -188,6 +181,23 @@ class Command(ScrapyCommand):
                 f"{opts.max_429_rate * 100:g}%, some successful pages): no recommendation."
             )
             self.exitcode = 1
+        _host_limit_note(tuner, out)
+
+
+def _host_limit_note(tuner: Tuner, out: _Printer) -> None:
+    """Say how far the throttle held a host-wide limit: no POLITE_* setting is a host rate."""
+    best = tuner.recommendation()
+    candidates = ([best] if best is not None else []) + [t for t in reversed(tuner.trials) if t is not best]
+    for trial in candidates:
+        r = trial.result
+        if r is not None and r.error is None and r.host_rate_limit is not None:
+            out("")
+            out(
+                f"Host-wide limit: in trial {trial.index} the throttle held {r.throttled_host} to "
+                f"{r.host_rate_limit:.2f} requests/s after its first 429s, whatever the delay; "
+                "every crawl finds that rate again the same way."
+            )
+            return
 
 
 def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:
