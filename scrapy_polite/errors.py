@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scrapy.exceptions import IgnoreRequest
+
 
 class PoliteConfigError(ValueError):
     """A ``POLITE_*`` setting has a value the package cannot work with.
@@ -27,3 +29,11 @@ class SessionEndpointLost(Exception):
 
 class NoUsableEndpoints(Exception):
     """Every endpoint of the pool is dead or removed; nothing can be sent."""
+
+
+class SpiderClosing(IgnoreRequest):
+    """The spider is closing: a request still waiting at the gate is not sent.
+
+    Like the requests left in the scheduler, it is dropped without an error
+    per request; the middleware counts them and logs one line.
+    """

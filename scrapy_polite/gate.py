@@ -131,7 +131,7 @@ class Gate(Protocol):
     def endpoint_ok(self, endpoint_key: str) -> None: ...
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]: ...
     def sessions(self) -> dict[str, str | None]: ...
-    def close(self, reason: str) -> None: ...
+    def close(self, reason: str, error: type[Exception] = ...) -> None: ...
     def start(self) -> None: ...
     def stop(self) -> Deferred | None: ...
 
@@ -176,6 +176,7 @@ class LocalGate:
         self._timer: object | None = None
         self._timer_at: float = float("inf")
         self._closed: str | None = None
+        self._close_error: type[Exception] = NoUsableEndpoints
         self._leases: dict[int, Lease] = {}
         self.set_endpoints(endpoints)
 
@@ -349,14 +350,15 @@ class LocalGate:
         for key in done:
             del self._pairs[key]
 
-    def close(self, reason: str) -> None:
-        """Fail every waiter, so the engine can close instead of hanging."""
+    def close(self, reason: str, error: type[Exception] = NoUsableEndpoints) -> None:
+        """Fail every waiter with *error*, so the engine can close instead of hanging."""
         if self._closed:
             return
         self._closed = reason
+        self._close_error = error
         for h in self._hosts.values():
             while h.waiters:
-                self._fail(h.waiters.popleft(), NoUsableEndpoints(reason))
+                self._fail(h.waiters.popleft(), error(reason))
         self._waiting_hosts.clear()
 
     # -- leasing --------------------------------------------------------
@@ -378,7 +380,7 @@ class LocalGate:
         now = self._clock()
         waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)))
         if self._closed:
-            waiter.deferred.errback(NoUsableEndpoints(self._closed))
+            waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
         if session is not None:
             s = self._sessions.get(session)

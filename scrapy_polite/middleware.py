@@ -34,7 +34,7 @@ from twisted.web.client import ResponseNeverReceived
 from . import signals as polite_signals
 from . import splash as splash_support
 from .endpoints import expand, read_proxies_file
-from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
+from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
 from .gate import Lease
 from .outcome import Outcome
 from .retry_after import parse_retry_after
@@ -152,6 +152,12 @@ class PoliteProxyMiddleware:
         outages = getattr(self.gate, "outages", 0)
         if outages:
             self.stats.set_value("polite/state_outages", outages)
+        dropped = self.stats.get_value("polite/dropped_at_close", 0)
+        if dropped:
+            logger.info(
+                "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed (%s)",
+                dropped, reason, extra={"spider": spider},
+            )
         reasserted = getattr(self.gate, "reasserted", 0)
         if reasserted:
             self.stats.set_value("polite/state_reasserted", reasserted)
@@ -169,7 +175,7 @@ class PoliteProxyMiddleware:
         slot = getattr(engine, "_slot", None)
         if engine is not None and (not engine.running or getattr(slot, "closing", None) is not None):
             self._closing = True
-            self.gate.close("spider closing")
+            self.gate.close("spider closing", SpiderClosing)
 
     def _expire_leases(self) -> None:
         for lease in self.gate.expire_leases(self.config.lease_timeout):
@@ -354,6 +360,9 @@ class PoliteProxyMiddleware:
 
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
+        if isinstance(exception, SpiderClosing):
+            self.stats.inc_value("polite/dropped_at_close")
+            return None
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
             self._emit(_failure_outcome(request, exception, self.host_key(request), gave_up=True))
             self._gave_up(request, type(exception).__name__, str(exception))

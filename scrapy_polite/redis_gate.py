@@ -43,7 +43,7 @@ from twisted.internet.defer import Deferred
 
 from . import redis_scripts
 from .endpoints import Endpoint
-from .errors import NoUsableEndpoints, SessionEndpointLost
+from .errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from .gate import EndpointState, HostState, Lease, SessionState
 from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
 
@@ -163,6 +163,7 @@ class RedisGate:
         self._ops: asyncio.Queue[Callable[[], Coroutine[Any, Any, Any]]] | None = None
         self._tasks: list[asyncio.Future[None]] = []
         self._closed: str | None = None
+        self._close_error: type[Exception] = NoUsableEndpoints
         self._stopped = False
         # Set when this gate stops talking to Redis; background loops end on it, since
         # redis-py can turn a task's cancellation into a connection error.
@@ -256,7 +257,7 @@ class RedisGate:
         if self._stopped:
             return None
         self._stopped = True
-        self.close("spider closed")
+        self.close("spider closed", SpiderClosing)
         if self._client is None:
             return None
         return Deferred.fromFuture(asyncio.ensure_future(self._shutdown()))
@@ -284,14 +285,15 @@ class RedisGate:
         for task in self._tasks + list(self._pumps.values()):
             task.cancel()
 
-    def close(self, reason: str) -> None:
-        """Fail every waiter, so the engine can close instead of hanging."""
+    def close(self, reason: str, error: type[Exception] = NoUsableEndpoints) -> None:
+        """Fail every waiter with *error*, so the engine can close instead of hanging."""
         if self._closed:
             return
         self._closed = reason
+        self._close_error = error
         for h in self._hosts.values():
             while h.waiters:
-                self._fail(h.waiters[0], NoUsableEndpoints(reason))
+                self._fail(h.waiters[0], error(reason))
         for event in self._wakeups.values():
             event.set()
 
@@ -425,7 +427,7 @@ class RedisGate:
         waiter = _Waiter(host, session, not_before, now, secrets.token_hex(8), tag,
                          Deferred(lambda d: self._cancel(waiter)))
         if self._closed:
-            waiter.deferred.errback(NoUsableEndpoints(self._closed))
+            waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
         self.start()
         if session is not None:

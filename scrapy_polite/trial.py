@@ -41,6 +41,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from . import signals as polite_signals
+from .errors import SpiderClosing
 from .runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class TrialGuard:
                 outcome.host, outcome.status, outcome.endpoint,
             )
             # Requests already waiting at the gate are not sent either.
-            self.runtime.gate.close("polite-tune: blocked")
+            self.runtime.gate.close("polite-tune: blocked", SpiderClosing)
             self._close(REASON_BLOCKED)
 
     # -- lifecycle ------------------------------------------------------------

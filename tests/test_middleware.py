@@ -240,3 +240,18 @@ async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sand
     assert get_runtime(result.crawler).stats.summary()["gave_up"] == 1
     (error,) = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
     assert url in error and "after 2 rate re-queue(s)" in error
+
+
+@pytest_twisted.ensureDeferred
+async def test_requests_waiting_at_the_gate_when_the_spider_closes_are_dropped_quietly(sandbox, caplog) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=40)], proxies=ProxyConfig(count=2)))
+    with caplog.at_level("INFO"):
+        result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (1.0, 1.2),
+                                               "CLOSESPIDER_TIMEOUT": 2.5}, start_url=sb.site_url("a"))
+    assert result.stats["finish_reason"] == "closespider_timeout"
+    dropped = result.stats["polite/dropped_at_close"]
+    assert dropped >= 5  # item pages were waiting for one of the two endpoints
+    assert not result.stats.get("polite/gave_up")
+    assert [r for r in caplog.records if r.levelname == "ERROR"] == []
+    assert any(f"{dropped} request(s) still waiting at the gate were not sent" in r.getMessage()
+               for r in caplog.records)
