@@ -155,8 +155,9 @@ class PoliteProxyMiddleware:
         dropped = self.stats.get_value("polite/dropped_at_close", 0)
         if dropped:
             logger.info(
-                "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed (%s)",
-                dropped, reason, extra={"spider": spider},
+                "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed "
+                "(%s); %d kept in JOBDIR for the next run",
+                dropped, reason, self.stats.get_value("polite/kept_at_close", 0), extra={"spider": spider},
             )
         reasserted = getattr(self.gate, "reasserted", 0)
         if reasserted:
@@ -165,6 +166,24 @@ class PoliteProxyMiddleware:
         stopping = self.gate.stop()
         if stopping is not None:
             await maybe_deferred_to_future(stopping)
+
+    def _keep_for_next_run(self, request: Request) -> bool:
+        """Hand a request that never left the gate back to the scheduler, for ``JOBDIR`` to keep.
+
+        Without the package it would still be in the scheduler, so a paused crawl
+        (``JOBDIR``, Ctrl-C) must not lose it. The scheduler is still open here: the
+        engine closes it after the downloader has emptied. It bypasses the dupefilter,
+        which has already seen it.
+        """
+        if not self.crawler.settings.get("JOBDIR"):
+            return False
+        scheduler = getattr(getattr(self.crawler.engine, "_slot", None), "scheduler", None)
+        if scheduler is None:
+            return False
+        kept = request.replace(dont_filter=True)
+        kept.meta.pop(LEASE_KEY, None)
+        kept.meta.pop("proxy", None)
+        return bool(scheduler.enqueue_request(kept))
 
     def _orphans(self, process: str, count: int) -> None:
         self.stats.inc_value("polite/fleet/orphaned", count)
@@ -362,6 +381,8 @@ class PoliteProxyMiddleware:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if isinstance(exception, SpiderClosing):
             self.stats.inc_value("polite/dropped_at_close")
+            if self._keep_for_next_run(request):
+                self.stats.inc_value("polite/kept_at_close")
             return None
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
             self._emit(_failure_outcome(request, exception, self.host_key(request), gave_up=True))

@@ -255,3 +255,20 @@ async def test_requests_waiting_at_the_gate_when_the_spider_closes_are_dropped_q
     assert [r for r in caplog.records if r.levelname == "ERROR"] == []
     assert any(f"{dropped} request(s) still waiting at the gate were not sent" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_paused_crawl_keeps_the_requests_waiting_at_the_gate_in_jobdir(sandbox, tmp_path) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=30)], proxies=ProxyConfig(count=2)))
+    settings = {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.3, 0.4), "JOBDIR": str(tmp_path / "job")}
+    first = await crawl(CatalogueSpider, {**settings, "CLOSESPIDER_TIMEOUT": 2.0}, start_url=sb.site_url("a"))
+    assert first.stats["finish_reason"] == "closespider_timeout"
+    kept = first.stats["polite/kept_at_close"]
+    assert kept == first.stats["polite/dropped_at_close"] >= 3
+    done_first = set(items_fetched(sb.log()))
+    assert len(done_first) < 30
+    second = await crawl(CatalogueSpider, settings, start_url=sb.site_url("a"))
+    assert second.stats["finish_reason"] == "finished"
+    # Resumed from JOBDIR: every item page fetched once across the two runs.
+    fetched = items_fetched(sb.log())
+    assert sorted(fetched) == list(range(1, 31)) and set(fetched.values()) == {1}
