@@ -113,6 +113,8 @@ class _HostPolicy:
     #: last signal: the host holds just below it before probing past it.
     good: float | None = None
     bad: float | None = None
+    #: Whether ``bad`` is a limit found at a set host rate (not a burst's rate).
+    bad_found: bool = False
     #: The rate the limit was last found at (kept while probing), and whether the
     #: limit has been seen to move (a failure far below it, or a clean climb far
     #: past it): such a host is re-probed twice as often.
@@ -371,15 +373,17 @@ class ThrottlePolicy:
             new, failed = sent * cfg.backoff_factor, sent
         else:
             return changes
-        if p.ceiling is None or failed >= p.ceiling:
+        if h.interval <= 0:
+            pass  # a burst with no host rate says little about where the limit is
+        elif p.ceiling is None or failed >= p.ceiling:
             p.ceiling = failed
         elif failed < p.ceiling / (1 + RATE_STEP) ** 2:
             p.moved = True
             p.ceiling = failed
-        if p.bad is not None and failed < p.bad and not p.forgiven and accepted is None:
+        if p.bad_found and p.bad is not None and failed < p.bad and not p.forgiven and accepted is None:
             p.forgiven = True  # one signal below the ceiling per hold is noise: step down, keep the ceiling
         else:
-            p.bad = failed
+            p.bad, p.bad_found = failed, h.interval > 0
         p.good = None
         changes.append(self._set_rate(p, host, new, now))
         return changes

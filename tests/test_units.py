@@ -447,6 +447,32 @@ def test_host_rate_falls_to_what_the_host_accepted_when_many_answers_fail() -> N
     assert rate(gate) == pytest.approx(6 * 9 / 14)  # the rate sent x the clean share, not a 10% step
 
 
+def test_a_burst_without_a_host_rate_is_not_taken_for_where_the_limit_was() -> None:
+    cfg = config(POLITE_HOST_PAUSE_ENDPOINTS=2, POLITE_RECOVERY_WINDOW=20)
+    gate, ft = make_gate(n=8, delay=cfg.delay)
+    policy = ThrottlePolicy(cfg, gate, clock=ft.clock)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    policy.ok("a", 200)
+    gate.host("a").grants += 8  # a burst of 8 requests within a second
+    ft.advance(0.5)
+    policy.rate_limited("a", eps[0], 2.0, granted_at=ft.now)
+    policy.rate_limited("a", eps[1], 2.0, granted_at=ft.now)  # two endpoints at once: host-wide
+    assert rate(gate) == pytest.approx(8 * 0.5)  # what was sent, cut by POLITE_BACKOFF_FACTOR
+    ft.advance(0.5)
+    policy.ok("a", 200, granted_at=ft.now)
+    ft.advance(0.5)
+    policy.rate_limited("a", eps[2], 2.0, granted_at=ft.now)  # the first limit found at a set rate
+    held = rate(gate)
+    assert held == pytest.approx(4.0)
+    for _ in range(3):  # half a window later: still holding, the limit is not known to move
+        ft.advance(5)
+        policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(held)
+    ft.advance(6)
+    policy.ok("a", 200, granted_at=ft.now)
+    assert rate(gate) == pytest.approx(held * 1.1)
+
+
 def test_per_ip_signal_moves_spacing_above_its_gap() -> None:
     policy, gate, ft, _ = adaptive_policy(POLITE_DELAY=(0.5, 0.6))
     ep = next(iter(gate.endpoints.values())).endpoint
