@@ -396,8 +396,14 @@ class ThrottlePolicy:
         rate = 1 / h.interval
         p.good = rate
         p.fail_streak = 0
+        hold = self.config.recovery_window / (2 if p.moved else 1)
+        fleet_signal = getattr(self.gate, "last_signal", None)
+        if p.bad is None and fleet_signal is not None and now - fleet_signal(host) < hold:
+            # Another process sharing the host rate (POLITE_STATE) just met the limit and
+            # stepped it down: hold with it, or every process would climb straight back.
+            return []
         if p.bad is not None and rate * (1 + RATE_STEP) >= p.bad * (1 - 1e-9):
-            if now - p.rate_changed < self.config.recovery_window / (2 if p.moved else 1):
+            if now - p.rate_changed < hold:
                 return []  # hold one step below the rate that failed
             p.bad = None  # then probe past it: limits move
             p.forgiven = False

@@ -230,10 +230,14 @@ def test_host_wide_slowdown_is_shared_by_four_processes(sandbox, redis_server, t
     assert counts.get(429, 0) <= 0.15 * len(log)
     # The first burst of 429s slows all four processes: after its Retry-After, none of
     # them sends faster than the host's 3 req/s (a process on its own would keep going).
+    # The shared host rate then climbs back toward the cap, and a step that reaches it
+    # draws a single 429 (within the 5% the throttle aims for), never a burst.
     first_429 = min(e["t_start"] for e in log if e["status"] == 429)
     after = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3)
     assert len(after) >= pages // 2
-    assert [e for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429] == []
+    late_429s = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429)
+    assert len(late_429s) <= 0.05 * len(after) + 1
+    assert all(b - a >= 1.0 for a, b in zip(late_429s, late_429s[1:]))
     assert (len(after) - 1) / (after[-1] - after[0]) <= 3.0 * 1.1
 
 
