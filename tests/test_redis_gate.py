@@ -277,17 +277,23 @@ async def test_a_process_that_learns_from_redis_that_every_endpoint_is_dead_give
     await stop(a, b)
 
 
-@on_asyncio
-async def test_a_session_repins_when_its_endpoint_dies_in_another_process(redis_server) -> None:
-    moved: list[tuple[str, str | None]] = []
+async def pinned_then_killed_elsewhere(url: str, moved: list[tuple[str, str | None]]):
+    """Gates *a* (reporting repins to *moved*) and *b*; session "u" pinned in *a*, its endpoint killed by *b*."""
     opts = {"n": 2, "session_policy": "repin"}
-    a = gate(redis_server.url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
-    b = gate(redis_server.url, **opts)
+    a = gate(url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
+    b = gate(url, **opts)
     first, _ = await granted(a.acquire("h", session="u"))
     a.release(first)
     for _ in range(3):
         b.endpoint_failed(first.endpoint.key)  # dead, and a has not seen it fail
     await settle()
+    return a, b, first
+
+
+@on_asyncio
+async def test_a_session_repins_when_its_endpoint_dies_in_another_process(redis_server) -> None:
+    moved: list[tuple[str, str | None]] = []
+    a, b, first = await pinned_then_killed_elsewhere(redis_server.url, moved)
     second, _ = await granted(a.acquire("h", session="u"), timeout=2)
     assert second.endpoint.key != first.endpoint.key
     assert moved == [("u", first.endpoint.label)]
@@ -304,14 +310,7 @@ async def test_a_session_repins_when_its_endpoint_dies_in_another_process(redis_
 @on_asyncio
 async def test_a_session_repinned_by_another_process_follows_here(redis_server) -> None:
     moved: list[tuple[str, str | None]] = []
-    opts = {"n": 2, "session_policy": "repin"}
-    a = gate(redis_server.url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
-    b = gate(redis_server.url, **opts)
-    first, _ = await granted(a.acquire("h", session="u"))
-    a.release(first)
-    for _ in range(3):
-        b.endpoint_failed(first.endpoint.key)
-    await settle()
+    a, b, first = await pinned_then_killed_elsewhere(redis_server.url, moved)
     other, _ = await granted(b.acquire("h", session="u"), timeout=2)  # b repins u
     b.release(other)
     b.endpoint_ok(first.endpoint.key)  # the first endpoint is back
