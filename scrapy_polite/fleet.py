@@ -20,7 +20,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from .redis_state import Keys, import_redis, mask_url
+from .redis_state import Keys, import_redis, mask_url, sync_client
 
 #: Seconds between two snapshots of one process.
 PUBLISH_INTERVAL = 5.0
@@ -40,9 +40,9 @@ def _decode(text: str) -> HdrHistogram:
     return HdrHistogram.decode(text.encode("ascii"))
 
 
-def snapshot(stats: Any, finished: bool = False) -> dict[str, Any]:
-    """What one process publishes: its summary, its raw histograms and its clock."""
-    s = stats.summary()
+def snapshot(stats: Any, finished: bool = False, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What one process publishes: its *summary* (computed if not given), its raw histograms and its clock."""
+    s = dict(stats.summary() if summary is None else summary)
     s.pop("sessions", None)  # the fleet's pins live in Redis already
     s["started"] = stats.started
     s["updated"] = time.time()
@@ -167,9 +167,8 @@ def publish_commands(client: Any, keys: Keys, process_id: str, snap: dict[str, A
 
 def read_snapshots(url: str, namespace: str) -> list[dict[str, Any]]:
     """Every process's latest snapshot under *namespace* (expired ones are forgotten)."""
-    redis = import_redis()
     keys = Keys(namespace)
-    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True)
+    client = sync_client(url, timeout=5)
     try:
         out = []
         for proc in client.zrange(keys.stats_procs, 0, -1):
@@ -186,9 +185,8 @@ def read_snapshots(url: str, namespace: str) -> list[dict[str, Any]]:
 
 def clear_snapshots(url: str, namespace: str) -> int:
     """Forget every published snapshot under *namespace*; returns how many there were."""
-    redis = import_redis()
     keys = Keys(namespace)
-    client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=5, decode_responses=True)
+    client = sync_client(url, timeout=5)
     try:
         procs = client.zrange(keys.stats_procs, 0, -1)
         if procs:

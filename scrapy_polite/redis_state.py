@@ -39,10 +39,16 @@ def mask_url(url: str) -> str:
     return parts._replace(netloc=user + netloc).geturl()
 
 
+def sync_client(url: str, timeout: float = 3.0) -> Any:
+    """redis-py's blocking client, for start-up checks and the command line."""
+    redis = import_redis()
+    return redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout, decode_responses=True)
+
+
 def check_reachable(url: str, timeout: float = 3.0) -> None:
     """Ping Redis once, synchronously, so a wrong URL stops the crawl at start-up."""
     redis = import_redis()
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+    client = sync_client(url, timeout)
     try:
         client.ping()
     except redis.RedisError as exc:

@@ -436,10 +436,10 @@ class PoliteStats:
         """Whether the gate is shared with other processes, so the fleet can see these stats."""
         return hasattr(self.runtime.gate, "publish_stats")
 
-    def _publish(self, finished: bool = False) -> None:
+    def _publish(self, finished: bool = False, summary: dict[str, Any] | None = None) -> None:
         from .fleet import snapshot
 
-        self.runtime.gate.publish_stats(snapshot(self, finished))
+        self.runtime.gate.publish_stats(snapshot(self, finished, summary))
 
     @property
     def prometheus_url(self) -> str | None:
@@ -465,7 +465,7 @@ class PoliteStats:
             if loop is not None and loop.running:
                 loop.stop()
         if self._shared:
-            self._publish(finished=True)  # before the middleware stops the gate
+            self._publish(finished=True, summary=s)  # before the middleware stops the gate
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
