@@ -19,6 +19,9 @@ from scrapy_polite.errors import SessionEndpointLost
 from scrapy_polite.gate import Lease
 from scrapy_polite.redis_gate import RedisGate
 
+# The Redis gate is asyncio and Redis only: these tests run once, in the current environment.
+pytestmark = pytest.mark.once
+
 
 def endpoints(n: int, first: int = 0) -> list[Endpoint]:
     return [Endpoint(key=f"http://127.0.0.{i + 2}:8000", url=f"http://127.0.0.{i + 2}:8000",

@@ -19,6 +19,9 @@ from logcheck import items_fetched, max_inflight_host, max_inflight_per_ip, min_
 
 from scrapy_polite.sandbox import SCENARIOS, ProxyConfig, SandboxConfig, SiteConfig
 
+# The Redis gate behaves the same under any Scrapy: these crawls run once, in the current environment.
+pytestmark = pytest.mark.once
+
 
 def site(**kw) -> SiteConfig:
     kw.setdefault("name", "a")

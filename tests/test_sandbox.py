@@ -32,6 +32,9 @@ from scrapy_polite.sandbox import (
     read_access_log,
 )
 
+# The sandbox is plain asyncio: its tests run once, in the current environment.
+pytestmark = pytest.mark.once
+
 ROOT = str(Path(__file__).resolve().parents[1])
 LOG_FIELDS = {
     "t_start",

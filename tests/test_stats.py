@@ -556,6 +556,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
+@pytest.mark.once  # the report is static HTML: how it renders does not depend on Scrapy
 @pytest.mark.skipif(_chromium() is None, reason="headless Chromium not installed (apt-get install chromium)")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     src = tmp_path / "stats.jsonl"

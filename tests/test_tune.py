@@ -63,6 +63,7 @@ def assert_nothing_after_first_403(run: TuneRun) -> None:
     assert not later, (first, later[:5], run.report())
 
 
+@pytest.mark.once  # the oldest Scrapy runs the command through the trial that meets a 403
 def test_tune_stays_within_its_budget_and_recommends(sandbox: Any, tmp_path: Path) -> None:
     """A short run on an unlimited site: each trial stops at its allowance, the budget holds."""
     config = SandboxConfig(sites=[SiteConfig(name="a")], proxies=ProxyConfig(count=4, gateway=False))
