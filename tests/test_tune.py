@@ -114,7 +114,7 @@ def test_tune_per_ip_limit_recommends_no_less_than_the_limit(sandbox: Any, tmp_p
         sites=[SiteConfig(name="a", per_ip_rate=1.0, per_ip_burst=1, per_ip_max_inflight=1, retry_after=2)],
         proxies=ProxyConfig(count=8, gateway=False),
     )
-    run = tune(sandbox, tmp_path, config, "--budget", "240", "--trial-requests", "60", "--trial-seconds", "20")
+    run = tune(sandbox, tmp_path, config, "--budget", "160", "--trial-requests", "40", "--trial-seconds", "15")
     assert run.proc.returncode == 0, run.report()
     assert_within_budget(run)
     assert_nothing_after_first_403(run)
@@ -157,7 +157,7 @@ def test_tune_host_wide_cap_reports_the_rate_the_site_allows(sandbox: Any, tmp_p
     config = SandboxConfig(sites=[SiteConfig(name="a", host_rate=cap, host_burst=1, retry_after=2)],
                            proxies=ProxyConfig(count=8, gateway=False))
     # The throttle draws a few 429s while it searches for the host's rate: allow them.
-    run = tune(sandbox, tmp_path, config, "--budget", "120", "--trial-requests", "60", "--trial-seconds", "20",
+    run = tune(sandbox, tmp_path, config, "--budget", "90", "--trial-requests", "45", "--trial-seconds", "20",
                "--max-429-rate", "10%")
     assert run.proc.returncode == 0, run.report()
     assert_within_budget(run)
