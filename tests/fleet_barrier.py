@@ -26,7 +26,7 @@ class StartBarrier:
     def from_crawler(cls, crawler: Any) -> StartBarrier:
         s = crawler.settings
         return cls(s.get("REDIS_URL"), s.get("FLEET_BARRIER_KEY", "fleet:barrier"),
-                   s.getint("FLEET_BARRIER_SIZE", 1), s.getfloat("FLEET_BARRIER_TIMEOUT", 60.0))
+                   s.getint("FLEET_BARRIER_SIZE", 1), s.getfloat("FLEET_BARRIER_TIMEOUT", 30.0))
 
     async def process_request(self, request: Any, spider: Any = None) -> None:
         if self._opened is None:

@@ -38,3 +38,13 @@ def min_spacing_per_ip(log: list[dict[str, Any]], site: str) -> float:
 
 def statuses(log: list[dict[str, Any]], site: str | None = None) -> Counter[int]:
     return Counter(e["status"] for e in log if site is None or e["site"] == site)
+
+
+def quiet_after(log: list[dict[str, Any]], site: str = "a", status: int = 429) -> list[tuple[float, dict[str, Any]]]:
+    """For each *status* answer from *site*, how long until that IP came back to it, and the answer."""
+    by_ip: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        if e["site"] == site:
+            by_ip[e["ip"]].append(e)
+    return [(b["t_start"] - a["t_end"], a) for entries in by_ip.values()
+            for a, b in zip(entries, entries[1:]) if a["status"] == status]

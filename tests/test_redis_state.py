@@ -15,7 +15,14 @@ import pytest_twisted
 from conftest import ROOT, crawl
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
-from logcheck import items_fetched, max_inflight_host, max_inflight_per_ip, min_spacing_per_ip, statuses
+from logcheck import (
+    items_fetched,
+    max_inflight_host,
+    max_inflight_per_ip,
+    min_spacing_per_ip,
+    quiet_after,
+    statuses,
+)
 
 from scrapy_polite.sandbox import SCENARIOS, ProxyConfig, SandboxConfig, SiteConfig
 
@@ -73,9 +80,9 @@ FLEET_DELAY = (1.05, 1.3)  # just above the sandbox's 1 req/s per IP
 def start_fleet(sb, redis_url: str, workdir, n: int, pages: int, **settings):
     """Push *pages* item URLs to scrapy-redis's queue and start *n* ``scrapy crawl fleet`` processes.
 
-    Each process takes a third of its fair share per batch, and none downloads
-    before all *n* have taken their first batch, so every process has work
-    however far apart they start.
+    Each process takes its share of the queue in one batch, and none downloads
+    before all *n* have taken theirs, so every process has work however far
+    apart they start.
     """
     import redis
 
@@ -97,7 +104,7 @@ def start_fleet(sb, redis_url: str, workdir, n: int, pages: int, **settings):
         "TELNETCONSOLE_ENABLED": "False",
         "DOWNLOAD_TIMEOUT": "5",
         "CLOSESPIDER_TIMEOUT": "90",
-        "REDIS_START_URLS_BATCH_SIZE": str(max(1, pages // (3 * n))),
+        "CONCURRENT_REQUESTS": str(-(-pages // n)),  # scrapy-redis's batch size
         "DOWNLOADER_MIDDLEWARES": '{"fleet_barrier.StartBarrier": 1}',
         "FLEET_BARRIER_KEY": barrier,
         "FLEET_BARRIER_SIZE": str(n),
@@ -243,21 +250,26 @@ def test_host_wide_slowdown_is_shared_by_four_processes(sandbox, redis_server, t
     wait_all(procs)
     assert [p.returncode for p in procs] == [0, 0, 0, 0]
     log = sb.log()
-    ids = sorted(it["id"] for per in read_items(tmp_path, 4) for it in per)
+    items = read_items(tmp_path, 4)
+    ids = sorted(it["id"] for per in items for it in per)
     assert ids == list(range(1, pages + 1))
+    assert all(per for per in items)  # every process did part of the work
     counts = statuses(log)
     assert counts.get(403, 0) == 0
-    assert counts.get(429, 0) <= 0.15 * len(log)
-    # The first burst of 429s slows all four processes: after its Retry-After, none of
-    # them sends faster than the host's 3 req/s (a process on its own would keep going).
-    # The shared host rate then climbs back toward the cap, and a step that reaches it
-    # draws a single 429 (within the 5% the throttle aims for), never a burst.
+    # All four start at once into a host whose limit nobody knows yet: the first burst
+    # draws at most one 429 per endpoint, and it slows all four processes. After its
+    # Retry-After, none of them sends faster than the host's 3 req/s (a process on its own
+    # would keep going at its 6-7 req/s), and a 429 cools its endpoint for every process.
+    # The shared host rate then climbs back toward the cap; probing past it draws a few
+    # 429s (each process holds after its own), never a stream of them.
     first_429 = min(e["t_start"] for e in log if e["status"] == 429)
+    burst = [e for e in log if e["status"] == 429 and e["t_start"] <= first_429 + 3]
+    assert len(burst) == len({e["ip"] for e in burst}) <= len(sb.proxy_exit_ips)
     after = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3)
     assert len(after) >= pages // 2
-    late_429s = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429)
-    assert len(late_429s) <= 0.05 * len(after) + 1
-    assert all(b - a >= 1.0 for a, b in zip(late_429s, late_429s[1:]))
+    late_429s = [e for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429]
+    assert len(late_429s) <= 0.1 * len(after) + 2
+    assert min(gap for gap, _ in quiet_after(log)) >= 2.0 - 0.05  # the sandbox's Retry-After
     assert (len(after) - 1) / (after[-1] - after[0]) <= 3.0 * 1.1
 
 

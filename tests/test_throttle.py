@@ -8,7 +8,7 @@ import pytest
 import pytest_twisted
 from conftest import crawl
 from example_project.spiders.catalogue import CatalogueSpider
-from logcheck import items_fetched, statuses
+from logcheck import items_fetched, quiet_after, statuses
 
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
@@ -24,20 +24,6 @@ def assert_nothing_lost(log, pages: int, result) -> None:
     assert sorted(fetched) == list(range(1, pages + 1)), f"missing {set(range(1, pages + 1)) - set(fetched)}"
     assert len({i["id"] for i in result.items}) == pages
     assert not result.stats.get("polite/gave_up")
-
-
-def quiet_after_429(log, site_name: str = "a", status: int = 429) -> list[tuple[float, dict]]:
-    """For each rate-limit answer, how long until that IP came back to the site."""
-    by_ip = defaultdict(list)
-    for e in sorted(log, key=lambda e: e["t_start"]):
-        if e["site"] == site_name:
-            by_ip[e["ip"]].append(e)
-    gaps = []
-    for entries in by_ip.values():
-        for a, b in zip(entries, entries[1:]):
-            if a["status"] == status:
-                gaps.append((b["t_start"] - a["t_start"], a))
-    return gaps
 
 
 @pytest_twisted.ensureDeferred
@@ -94,7 +80,7 @@ async def test_retry_after_is_honoured_per_ip(sandbox, form: str, advertised: in
                                            "POLITE_COOLDOWN": (2.5, 3.0)},
                          start_url=sb.site_url("a"))
     log = sb.log()
-    gaps = quiet_after_429(log)
+    gaps = quiet_after(log)
     assert gaps, "the scenario must produce 429s"
     assert min(g for g, _ in gaps) >= expected_quiet - 0.05
     assert statuses(log).get(403, 0) == 0
@@ -193,7 +179,7 @@ async def test_503_with_retry_after_is_a_rate_signal(sandbox) -> None:
     result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.5, 0.7)},
                          start_url=sb.site_url("a"))
     log = sb.log()
-    gaps = quiet_after_429(log, status=503)
+    gaps = quiet_after(log, status=503)
     assert gaps and min(g for g, _ in gaps) >= 2.0 - 0.05
     assert result.stats.get("polite/rate_limited", 0) == len(gaps)
     assert_nothing_lost(log, 12, result)
