@@ -14,6 +14,7 @@ from scrapy.settings import BaseSettings
 
 from .endpoints import Endpoint, expand, read_proxies_file
 from .errors import PoliteConfigError
+from .redis_gate import PIN_TTL
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
@@ -61,6 +62,7 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE": "memory",
     "POLITE_STATE_NAMESPACE": "polite",
     "POLITE_STATE_LEASE_TTL": 5.0,
+    "POLITE_STATE_PIN_TTL": PIN_TTL,
     "POLITE_STATE_POLL": 0.05,
 }
 
@@ -115,6 +117,7 @@ class PoliteConfig:
     state: str = "memory"
     state_namespace: str = "polite"
     state_lease_ttl: float = 5.0
+    state_pin_ttl: float = PIN_TTL
     state_poll: float = 0.05
 
     @classmethod
@@ -179,6 +182,7 @@ class PoliteConfig:
             state=r.state("POLITE_STATE"),
             state_namespace=r.str("POLITE_STATE_NAMESPACE"),
             state_lease_ttl=r.float("POLITE_STATE_LEASE_TTL", minimum=1.0),
+            state_pin_ttl=r.float("POLITE_STATE_PIN_TTL", minimum=1.0),
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
         )
         if cfg.enabled:

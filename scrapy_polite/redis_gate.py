@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 #: the pool is; a session's first request may look at this many to pin one.
 CANDIDATES = 64
 SESSION_CANDIDATES = 512
-#: A session's pin is forgotten after this long without a request.
+#: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
 PIN_TTL = 3600.0
 #: The orphans list keeps the newest this many entries.
 ORPHANS_KEPT = 100_000

@@ -68,7 +68,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
     check_reachable(cfg.state)
     return RedisGate(
         cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
-        lease_ttl=cfg.state_lease_ttl, poll=cfg.state_poll, **common,
+        lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, poll=cfg.state_poll, **common,
     )
 
 

@@ -56,7 +56,8 @@ async def test_one_process_keeps_every_limit_through_redis(sandbox, redis_server
 async def test_sessions_stay_on_one_endpoint_through_redis(sandbox, redis_server) -> None:
     sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=8)))
     result = await crawl(AccountsSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.2, 0.4),
-                                          "POLITE_STATE": redis_server.url},
+                                          "POLITE_STATE": redis_server.url, "POLITE_STATE_PIN_TTL": 30,
+                                          "POLITE_STATE_NAMESPACE": "pins"},
                          start_url=sb.site_url("a"), users="12")
     log = sb.log()
     assert statuses(log).get(409, 0) == 0
@@ -70,6 +71,13 @@ async def test_sessions_stay_on_one_endpoint_through_redis(sandbox, redis_server
     assert len(ips_per_user) == 12 and all(len(ips) == 1 for ips in ips_per_user.values())
     assert all(steps == ["/login", "/account", "/account/orders"] for steps in order.values())
     assert len({next(iter(ips)) for ips in ips_per_user.values()}) == 8
+    # Each pin outlives its session's last step by POLITE_STATE_PIN_TTL, not the default hour.
+    import redis
+
+    client = redis.Redis.from_url(redis_server.url)
+    ttls = [client.ttl(key) for key in client.scan_iter("pins:pin:*")]
+    client.close()
+    assert len(ttls) == 12 and all(20 <= t <= 30 for t in ttls)
 
 
 # -- several crawler processes sharing one pool (scrapy-redis shares the request queue) --

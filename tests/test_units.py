@@ -57,6 +57,7 @@ def test_defaults() -> None:
         ("POLITE_PROXIES_FILE", "/nonexistent/proxies.txt", "a readable file"),
         ("POLITE_STATE", "postgres://db/1", "'memory' or a Redis URL"),
         ("POLITE_STATE_LEASE_TTL", 0.5, ">= 1.0"),
+        ("POLITE_STATE_PIN_TTL", 0, ">= 1.0"),
     ],
 )
 def test_bad_settings_name_setting_value_and_expectation(name: str, value: object, fragment: str) -> None:
