@@ -249,6 +249,29 @@ async def test_splash_sessions_keep_their_exit_ip(sandbox, splash) -> None:
     assert_no_lease_left(result)
 
 
+@pytest.mark.parametrize("endpoint", ["render.html", "execute"])
+@pytest_twisted.ensureDeferred
+async def test_a_paused_splash_crawl_keeps_the_requests_waiting_at_the_gate_in_jobdir(
+    sandbox, splash, tmp_path, endpoint: str
+) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=20)], proxies=ProxyConfig(count=2)))
+    settings = splash_settings(splash, POLITE_PROXIES=sb.proxy_urls, POLITE_DELAY=(0.3, 0.4),
+                               JOBDIR=str(tmp_path / "job"))
+    first = await crawl(SplashCatalogueSpider, {**settings, "CLOSESPIDER_TIMEOUT": 2.0},
+                        start_url=sb.site_url("a"), endpoint=endpoint)
+    assert first.stats["finish_reason"] == "closespider_timeout"
+    assert first.stats["polite/kept_at_close"] == first.stats["polite/dropped_at_close"] >= 3
+    assert len(items_fetched(sb.log())) < 20
+    second = await crawl(SplashCatalogueSpider, settings, start_url=sb.site_url("a"), endpoint=endpoint)
+    assert second.stats["finish_reason"] == "finished"
+    # Resumed from JOBDIR: every item page rendered once across the two runs, through its lease.
+    fetched = items_fetched(sb.log())
+    assert sorted(fetched) == list(range(1, 21)) and set(fetched.values()) == {1}
+    assert all(i["proxy_used"] == i["endpoint"] for i in first.items + second.items)
+    assert max_concurrent_per_proxy(splash.records()) == 1
+    assert_no_lease_left(second)
+
+
 @pytest.mark.parametrize("endpoint,lua", [
     ("execute", LUA_STATUS),    # magic response: http_status 429 and the page's Retry-After
     ("execute", LUA_SESSION),   # assert(splash:go(...)) fails: ScriptError with "http429"
