@@ -10,19 +10,13 @@ import sys
 import time
 from collections import Counter, defaultdict
 
+import logcheck
 import pytest
 import pytest_twisted
 from conftest import ROOT, crawl
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
-from logcheck import (
-    items_fetched,
-    max_inflight_host,
-    max_inflight_per_ip,
-    min_spacing_per_ip,
-    quiet_after,
-    statuses,
-)
+from logcheck import items_fetched, max_inflight_host, max_inflight_per_ip, min_spacing_per_ip, statuses
 
 from scrapy_polite.sandbox import SCENARIOS, ProxyConfig, SandboxConfig, SiteConfig
 
@@ -277,7 +271,7 @@ def test_host_wide_slowdown_is_shared_by_four_processes(sandbox, redis_server, t
     assert len(after) >= pages // 2
     late_429s = [e for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429]
     assert len(late_429s) <= 0.1 * len(after) + 2
-    assert min(gap for gap, _ in quiet_after(log)) >= 2.0 - 0.05  # the sandbox's Retry-After
+    assert min(gap for gap, _ in logcheck.quiet_after(log)) >= 2.0 - 0.05  # the sandbox's Retry-After
     assert (len(after) - 1) / (after[-1] - after[0]) <= 3.0 * 1.1
 
 
