@@ -10,11 +10,14 @@ with its first request and holds every request until the set has
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import Any
 
 import redis.asyncio as aioredis
+
+logger = logging.getLogger(__name__)
 
 
 class StartBarrier:
@@ -38,7 +41,11 @@ class StartBarrier:
         try:
             await client.sadd(self.key, os.getpid())
             deadline = time.monotonic() + self.timeout
-            while await client.scard(self.key) < self.size and time.monotonic() < deadline:
+            while (joined := await client.scard(self.key)) < self.size:
+                if time.monotonic() > deadline:
+                    logger.warning("start barrier: %d of %d processes after %.0f s; going on", joined, self.size,
+                                   self.timeout)
+                    break
                 await asyncio.sleep(0.05)
         finally:
             await client.aclose()

@@ -44,6 +44,8 @@ class RedisServer:
         self.proc = subprocess.Popen(self._cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:  # e.g. the port was taken: never talk to another server
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode} on port {self.port}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     return

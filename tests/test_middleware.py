@@ -32,6 +32,7 @@ def site(**kw) -> SiteConfig:
     return SiteConfig(**kw)
 
 
+@pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_one_request_per_exit_ip_host_cap_and_spacing(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=40, per_ip_max_inflight=1)], proxies=ProxyConfig(count=8)))
@@ -153,10 +154,12 @@ async def test_proxies_file_is_reread_at_runtime(sandbox, tmp_path) -> None:
 
     watcher = LoopingCall(grow)
     watcher.start(0.1)
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES_FILE": str(path), "POLITE_DELAY": (0.4, 0.6),
-                                           "POLITE_PROXIES_FILE_CHECK_INTERVAL": 0.5},
-                         start_url=sb.site_url("a"))
-    watcher.stop()
+    try:
+        result = await crawl(CatalogueSpider, {"POLITE_PROXIES_FILE": str(path), "POLITE_DELAY": (0.4, 0.6),
+                                               "POLITE_PROXIES_FILE_CHECK_INTERVAL": 0.5},
+                             start_url=sb.site_url("a"))
+    finally:
+        watcher.stop()
     log = sb.log()
     early = {e["ip"] for e in log if e["t_start"] < grown_at[0]}
     # After one check interval, plus the spacing of a grant made just before it, only the new file counts.

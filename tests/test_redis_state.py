@@ -30,6 +30,7 @@ def site(**kw) -> SiteConfig:
     return SiteConfig(**kw)
 
 
+@pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_one_process_keeps_every_limit_through_redis(sandbox, redis_server) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=30, per_ip_max_inflight=1)], proxies=ProxyConfig(count=8)))
@@ -88,9 +89,11 @@ def start_fleet(sb, redis_url: str, workdir, n: int, pages: int, **settings):
     """
     import redis
 
+    batch = -(-pages // n)
+    assert (n - 1) * batch < pages, "the last process to start would find the queue empty"
     barrier = f"fleet:barrier:{workdir}"
     client = redis.Redis.from_url(redis_url)
-    client.delete(barrier)
+    client.delete(barrier, "fleet:requests", "fleet:dupefilter")
     client.rpush("fleet:start_urls", *[f"{sb.site_url('a')}/item/{i}" for i in range(1, pages + 1)])
     client.close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT / "example_project")])}
@@ -106,7 +109,9 @@ def start_fleet(sb, redis_url: str, workdir, n: int, pages: int, **settings):
         "TELNETCONSOLE_ENABLED": "False",
         "DOWNLOAD_TIMEOUT": "5",
         "CLOSESPIDER_TIMEOUT": "90",
-        "CONCURRENT_REQUESTS": str(-(-pages // n)),  # scrapy-redis's batch size
+        "CONCURRENT_REQUESTS": str(batch),  # scrapy-redis's batch size
+        # The first process to finish must not flush the shared queue under the others.
+        "SCHEDULER_PERSIST": "True",
         "DOWNLOADER_MIDDLEWARES": '{"fleet_barrier.StartBarrier": 1}',
         "FLEET_BARRIER_KEY": barrier,
         "FLEET_BARRIER_SIZE": str(n),
@@ -269,7 +274,7 @@ def test_host_wide_slowdown_is_shared_by_four_processes(sandbox, redis_server, t
     assert len(burst) == len({e["ip"] for e in burst}) <= len(sb.proxy_exit_ips)
     after = sorted(e["t_start"] for e in log if e["t_start"] > first_429 + 3)
     assert len(after) >= pages // 2
-    late_429s = [e for e in log if e["t_start"] > first_429 + 3 and e["status"] == 429]
+    late_429s = [e for e in log if e["t_start"] >= first_429 + 1.9 and e["status"] == 429]
     assert len(late_429s) <= 0.1 * len(after) + 2
     assert min(gap for gap, _ in logcheck.quiet_after(log)) >= 2.0 - 0.05  # the sandbox's Retry-After
     assert (len(after) - 1) / (after[-1] - after[0]) <= 3.0 * 1.1
@@ -286,6 +291,7 @@ async def test_unreachable_redis_stops_the_crawl_at_start_up(sandbox) -> None:
         await crawl(CatalogueSpider, {"POLITE_PROXIES": ["http://127.0.0.1:9"], "POLITE_STATE": url})
 
 
+@pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redis_server, caplog) -> None:
     from twisted.internet import reactor
