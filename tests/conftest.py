@@ -52,10 +52,17 @@ class CrawlResult:
         self.stats: dict[str, Any] = crawler.stats.get_stats()
 
 
-async def crawl(spidercls: type, settings: dict[str, Any], **spider_kwargs: Any) -> CrawlResult:
-    """Run one real crawl on the test's reactor and collect its items."""
+async def crawl(
+    spidercls: type, settings: dict[str, Any], _on_crawler: Any = None, **spider_kwargs: Any
+) -> CrawlResult:
+    """Run one real crawl on the test's reactor and collect its items.
+
+    *_on_crawler* is called with the crawler before it starts (to connect signals).
+    """
     runner = CrawlerRunner({**BASE_SETTINGS, **settings})
     crawler = runner.create_crawler(spidercls)
+    if _on_crawler is not None:
+        _on_crawler(crawler)
     items: list[dict[str, Any]] = []
 
     def on_item(item: Any) -> None:
