@@ -16,6 +16,7 @@ import pytest_twisted
 from conftest import ROOT, crawl
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
+from faultcheck import assert_no_traceback
 from logcheck import items_fetched, max_inflight_host, max_inflight_per_ip, min_spacing_per_ip, statuses
 
 from scrapy_polite.sandbox import SCENARIOS, ProxyConfig, SandboxConfig, SiteConfig
@@ -247,6 +248,7 @@ def test_a_killed_process_frees_its_endpoints_and_its_requests_are_accounted_for
     assert statuses(log).get(403, 0) == 0
     survivors = "".join((tmp_path / f"crawl{i}.log").read_text() for i in (1, 2, 3))
     assert "stopped renewing its leases" in survivors
+    assert_no_traceback(survivors)
 
 
 @pytest.mark.slow
