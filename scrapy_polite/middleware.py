@@ -35,6 +35,7 @@ from . import signals as polite_signals
 from . import splash as splash_support
 from .endpoints import expand, read_proxies_file
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
+from .exit_ip import parse_exit_ip
 from .gate import Lease
 from .outcome import Outcome
 from .retry_after import parse_retry_after
@@ -97,6 +98,7 @@ class PoliteProxyMiddleware:
         self._loops: list[Any] = []
         self._closing = False
         self._warned_https_exit_ip = False
+        self._warned_exit_ip_headers: set[str] = set()
         rt.middleware = self
         self.gate._on_all_unusable = self._all_unusable
         self.gate._on_session_repinned = self._session_repinned
@@ -507,8 +509,12 @@ class PoliteProxyMiddleware:
         if response is not None:
             for name in self.config.exit_ip_headers:
                 value = response.headers.get(name)
-                if value:
-                    return value.decode("latin-1").strip(), "header"
+                if value is None:
+                    continue
+                ip = parse_exit_ip(value)
+                if ip is not None:
+                    return ip, "header"
+                self._invalid_exit_ip(name, value, lease)
         if lease.endpoint.static_exit_ip:
             return lease.endpoint.static_exit_ip, "static"
         probe = getattr(self.runtime.stats, "probed_exit_ip", None)
@@ -527,6 +533,18 @@ class PoliteProxyMiddleware:
                 lease.endpoint.label,
             )
         return None, None
+
+    def _invalid_exit_ip(self, name: str, value: bytes, lease: Lease) -> None:
+        """Count a header value that names no IP address; the first one per header is logged."""
+        self.stats.inc_value("polite/exit_ip_invalid")
+        if name.lower() in self._warned_exit_ip_headers:
+            return
+        self._warned_exit_ip_headers.add(name.lower())
+        logger.warning(
+            "scrapy-polite: ignored %s header via %s, not an IP address: %r%s (further ones are only "
+            "counted in polite/exit_ip_invalid)",
+            name, lease.endpoint.label, value[:40], "..." if len(value) > 40 else "",
+        )
 
     def _record(
         self,

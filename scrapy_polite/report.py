@@ -32,20 +32,49 @@ OTHER = "(other)"
 _BINS_PER_DECADE = 10
 
 
-def read_records(paths: Iterable[str | Path]) -> Iterator[dict[str, Any]]:
-    """Outcome records from JSONL files; bad or partial lines are skipped."""
+#: Latest time a record may carry: the end of year 9999, as far as ``time.gmtime`` goes everywhere.
+_MAX_TIME = 253_402_300_799.0
+#: Longest latency or gate wait a record may carry, in seconds.
+_MAX_SECONDS = 1e7
+
+
+def read_records(
+    paths: Iterable[str | Path], skipped: Counter[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Outcome records from JSONL files; bad or partial lines are skipped, counted in *skipped* by reason."""
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 line = line.strip()
                 if not line:
                     continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
+                rec = check_line(line)
+                if isinstance(rec, str):
+                    if skipped is not None:
+                        skipped[rec] += 1
                     continue
-                if isinstance(rec, dict) and isinstance(rec.get("time"), (int, float)):
-                    yield rec
+                yield rec
+
+
+def check_line(line: str) -> dict[str, Any] | str:
+    """The record on a JSONL *line*, or why it cannot be one (the file may be cut, edited or corrupt)."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    if not isinstance(rec, dict):
+        return "not an object"
+    if not _number(rec.get("time"), 0.0, _MAX_TIME):
+        return "bad time"
+    for key in ("latency", "wait"):
+        if rec.get(key) is not None and not _number(rec[key], 0.0, _MAX_SECONDS):
+            return f"bad {key}"
+    return rec
+
+
+def _number(value: Any, low: float, high: float) -> bool:
+    """*value* is a real JSON number (not a boolean, NaN or an infinity) within [*low*, *high*]."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= high
 
 
 def label_of(rec: dict[str, Any]) -> str:
@@ -93,6 +122,16 @@ class ReportData:
         self.endpoints: dict[str, Counter[str]] = {}
         self.exit_ips: Counter[str] = Counter()
         self.exit_ip_sources: Counter[str] = Counter()
+        #: Lines that held no usable record, by reason.
+        self.skipped: Counter[str] = Counter()
+
+    def skipped_text(self) -> str:
+        """``"3 lines skipped (2 not JSON, 1 bad time)"``, or ``""`` when none was."""
+        n = sum(self.skipped.values())
+        if not n:
+            return ""
+        why = ", ".join(f"{count} {reason}" for reason, count in sorted(self.skipped.items()))
+        return f"{n} line{'s' if n != 1 else ''} skipped ({why})"
 
     def add(self, rec: dict[str, Any]) -> None:
         t = float(rec["time"])
@@ -504,7 +543,8 @@ def render(data: ReportData, title: str = "scrapy-polite crawl report", sources:
     body = [
         f"<h1>{escape(title)}</h1>",
         f'<p class="sub">{escape(when)}{" &middot; " if when else ""}{data.records} records from '
-        f"{escape(', '.join(sources) or '-')}</p>",
+        f"{escape(', '.join(sources) or '-')}"
+        f"{' &middot; ' + escape(data.skipped_text()) if data.skipped else ''}</p>",
         f'<div class="cards">{cards}</div>',
         _figure("fig-throughput", "Successful pages per minute", throughput_svg(data),
                 "Green: successful pages (2xx/3xx, not rate-limited) per minute in each bin; orange bars: "
@@ -531,7 +571,7 @@ def render(data: ReportData, title: str = "scrapy-polite crawl report", sources:
 
 def build(paths: Iterable[str | Path]) -> ReportData:
     data = ReportData()
-    for rec in read_records(paths):
+    for rec in read_records(paths, data.skipped):
         data.add(rec)
     return data
 
@@ -552,5 +592,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     Path(args.output).write_text(render(data, args.title, [Path(p).name for p in args.jsonl]), encoding="utf-8")
     print(f"{args.output}: {data.records} records, {data.ok} successful pages, "
-          f"{data.pages_per_min():.1f} pages/min")
+          f"{data.pages_per_min():.1f} pages/min{'; ' + data.skipped_text() if data.skipped else ''}")
     return 0

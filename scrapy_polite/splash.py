@@ -170,11 +170,11 @@ def _target_headers(data: Any) -> Headers:
     raw = data.get("headers") if isinstance(data, dict) else None
     if not raw:
         return Headers()
-    if isinstance(raw, dict):
-        return Headers(raw)
     try:
+        if isinstance(raw, dict):
+            return Headers(raw)
         return Headers([(h["name"], h.get("value", "")) if isinstance(h, dict) else tuple(h) for h in raw])
-    except (KeyError, TypeError, ValueError):
+    except (AttributeError, KeyError, TypeError, ValueError):  # names or values of no header type
         return Headers()
 
 

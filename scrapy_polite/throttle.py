@@ -505,17 +505,29 @@ class HostThrottle:
             return
         self._robots_seen.add(host)
         delay = _crawl_delay(response.text if hasattr(response, "text") else "")
-        if delay:
-            get_runtime(self.crawler).gate.set_host_min_delay(host, delay)
+        if delay is None:
+            return
+        rt = get_runtime(self.crawler)
+        spacing = min(delay, rt.config.retry_after_max)
+        rt.gate.set_host_min_delay(host, spacing)
+        if spacing < delay:
+            logger.warning(
+                "scrapy-polite: %s robots.txt Crawl-delay %g s capped at POLITE_RETRY_AFTER_MAX: %.1f s is "
+                "the minimum spacing", host, delay, spacing,
+            )
+        else:
             logger.info("scrapy-polite: %s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
 
 
 def _crawl_delay(text: str, agent: str = "*") -> float | None:
-    """The ``Crawl-delay`` robots.txt gives *agent*, parsed by Protego (Scrapy's parser)."""
+    """The ``Crawl-delay`` robots.txt gives *agent*, parsed by Protego (Scrapy's parser).
+
+    ``None`` unless it is a positive finite number of seconds: the site writes it.
+    """
     from protego import Protego
 
     try:
-        delay = Protego.parse(text).crawl_delay(agent)
+        delay = float(Protego.parse(text).crawl_delay(agent) or 0)
     except Exception:  # a broken robots.txt must not break the crawl
         return None
-    return float(delay) if delay else None
+    return delay if math.isfinite(delay) and delay > 0 else None

@@ -11,7 +11,16 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 FAILURE_MODES = ("die", "hang", "refuse", "recover")
-RETRY_AFTER_FORMS = ("seconds", "date", "garbage", "none")
+#: ``Retry-After`` values a site sends as they are, by form: none of them is a wait a client can use.
+LITERAL_RETRY_AFTER = {
+    "garbage": "soon",
+    "date-overflow": "Mon, 01 Jan 99999 00:00:00 GMT",
+    "date-year20": "Mon, 01 Jan 12345678901234567890 00:00:00 GMT",
+    "non-ascii": "\uff12\u79d2",  # "２秒", sent as UTF-8
+    "huge": "9" * 8000,
+    "empty": "",
+}
+RETRY_AFTER_FORMS = ("seconds", "date", "none", *LITERAL_RETRY_AFTER)
 
 
 @dataclass
@@ -48,8 +57,14 @@ class SiteConfig:
     pages: int = 100
     per_list: int = 20
     tls: bool = False
+    #: ``[name, value]`` header lines added to every answer (a site-sent ``X-Exit-IP``, say); UTF-8 on the wire.
+    extra_headers: list[list[str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.extra_headers = [[str(name), str(value)] for name, value in self.extra_headers]
+        for name, value in self.extra_headers:
+            if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):
+                raise ValueError(f"SiteConfig.extra_headers: bad header line {name!r}: {value!r}")
         if self.retry_after_form not in RETRY_AFTER_FORMS:
             raise ValueError(
                 f"SiteConfig.retry_after_form must be one of {RETRY_AFTER_FORMS}, "

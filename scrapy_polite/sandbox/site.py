@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .common import JsonlLog, TokenBucket
-from .config import SiteConfig
+from .config import LITERAL_RETRY_AFTER, SiteConfig
 from .http import Headers, Request, build_response, http_date, serve_requests
 
 _UNSET: Any = object()
@@ -149,9 +149,7 @@ class Site:
         st.penalty_until = now + ra
         if form == "seconds":
             return [("Retry-After", str(int(ra)) if ra.is_integer() else f"{ra:g}")]
-        if form == "garbage":
-            return [("Retry-After", "soon")]
-        return []
+        return _literal_retry_after(form)
 
     def _limit(self, req: Request, st: _IpState, now: float) -> _Reply | None:
         """The limit verdict for an arriving request, or ``None`` to serve it."""
@@ -187,9 +185,7 @@ class Site:
             return [("Retry-After", http_date(math.ceil(time.time() + remaining)))]
         if form == "seconds":
             return [("Retry-After", str(max(1, math.ceil(remaining))))]
-        if form == "garbage":
-            return [("Retry-After", "soon")]
-        return []
+        return _literal_retry_after(form)
 
     def _host_retry_after(self) -> list[tuple[str, str]]:
         """Host-cap answers advertise the configured wait but open no per-IP window."""
@@ -199,9 +195,7 @@ class Site:
             return [("Retry-After", http_date(math.ceil(time.time() + ra)))]
         if cfg.retry_after_form == "seconds":
             return [("Retry-After", str(int(ra)) if ra.is_integer() else f"{ra:g}")]
-        if cfg.retry_after_form == "garbage":
-            return [("Retry-After", "soon")]
-        return []
+        return _literal_retry_after(cfg.retry_after_form)
 
     async def _serve(self, req: Request, ip: str, writer: asyncio.StreamWriter) -> bool:
         t_start = time.time()
@@ -233,6 +227,7 @@ class Site:
                     ("X-Sandbox-Peer-IP", ip),
                     ("X-Sandbox-Site", self.name),
                 ]
+                + [(name, _wire(value)) for name, value in self.config.extra_headers]
                 + (reply.extra or [])
             )
             writer.write(
@@ -326,6 +321,18 @@ class Site:
                 return _Reply(400, b"<h1>Bad status</h1>")
             return _Reply(code, f"<h1>Status {code}</h1>".encode())
         return _Reply(404, b"<h1>Not Found</h1>")
+
+
+def _literal_retry_after(form: str) -> list[tuple[str, str]]:
+    """The header of a form sent as is (garbage, hostile values); none for ``"none"``."""
+    if form in LITERAL_RETRY_AFTER:
+        return [("Retry-After", _wire(LITERAL_RETRY_AFTER[form]))]
+    return []
+
+
+def _wire(value: str) -> str:
+    """*value* as its UTF-8 bytes, in the latin-1 text that header lines are encoded from."""
+    return value.encode("utf-8").decode("latin-1")
 
 
 def _page(title: str, body: str) -> _Reply:
