@@ -236,24 +236,29 @@ from example_project.spiders.catalogue import CatalogueSpider
 
 
 class Probe(CatalogueSpider):
-    """The add-on and the pool in custom_settings: the project itself enables neither."""
+    """The pool (and, unless the project enables it, the add-on) in custom_settings."""
 
     name = "probe"
     custom_settings = {
-        "ADDONS": {"scrapy_polite.Addon": 500},
         "POLITE_PROXIES": os.environ["PROBE_PROXIES"].split(),
+        **({} if os.environ.get("PROBE_ADDON_IN_PROJECT") else {"ADDONS": {"scrapy_polite.Addon": 500}}),
     }
 '''
 
 
-def test_tune_accepts_a_spider_that_enables_the_addon_in_custom_settings(
-    sandbox, tmp_path: Path, installed_env: dict[str, str]
+@pytest.mark.parametrize("addon_in_project", [False, True], ids=["addon-in-spider", "addon-in-project"])
+def test_tune_accepts_a_spider_that_sets_the_addon_or_proxies_in_custom_settings(
+    sandbox, tmp_path: Path, installed_env: dict[str, str], addon_in_project: bool
 ) -> None:
     sb = sandbox(SandboxConfig(sites=[SiteConfig(name="a", pages=20)], proxies=ProxyConfig(count=3)))
-    project = make_project(tmp_path / "tuned", "ROBOTSTXT_OBEY = False\nTELNETCONSOLE_ENABLED = False\n",
-                           SPIDER_WITH_CUSTOM_SETTINGS)
+    settings = "ROBOTSTXT_OBEY = False\nTELNETCONSOLE_ENABLED = False\n"
+    if addon_in_project:
+        settings += 'ADDONS = {"scrapy_polite.Addon": 500}\n'
+    project = make_project(tmp_path / "tuned", settings, SPIDER_WITH_CUSTOM_SETTINGS)
     env = {**installed_env, "PROBE_PROXIES": " ".join(sb.proxy_urls),
            "PYTHONPATH": installed_env["PYTHONPATH"] + os.pathsep + str(EXAMPLE)}
+    if addon_in_project:
+        env["PROBE_ADDON_IN_PROJECT"] = "1"
     proc = subprocess.run(
         [sys.executable, "-m", "scrapy", "polite-tune", "probe", "-a", f"start_url={sb.site_url('a')}",
          "-s", "DOWNLOAD_TIMEOUT=5", "--budget", "12", "--trial-requests", "12", "--trial-seconds", "8"],
