@@ -150,6 +150,16 @@ def test_help_of_each_form(installed_env: dict[str, str], command: str, expected
     assert re.search(rf"^\s+polite-{command}\s+\S", listing.stdout, re.M), shown(listing)
 
 
+@pytest.mark.once
+def test_python_m_lists_each_command_with_its_parsers_usage(installed_env: dict[str, str]) -> None:
+    bare = run([sys.executable, "-m", "scrapy_polite"], installed_env)
+    assert bare.returncode == 2, shown(bare)
+    assert re.search(r"^usage: python -m scrapy_polite report .*--title TITLE", bare.stdout, re.M | re.S)
+    assert re.search(r"^  fleet +Fleet-wide stats", bare.stdout, re.M), bare.stdout
+    unknown = run([sys.executable, "-m", "scrapy_polite", "nope"], installed_env)
+    assert unknown.returncode == 2 and "unknown command 'nope'" in unknown.stderr, shown(unknown)
+
+
 @pytest_twisted.ensureDeferred
 async def test_report_of_a_real_crawl_in_each_form(sandbox, tmp_path: Path, installed_env: dict[str, str]) -> None:
     sb = sandbox(SandboxConfig(sites=[SiteConfig(name="a", pages=6)], proxies=ProxyConfig(count=3)))
