@@ -213,16 +213,26 @@ def format_processes(snapshots: list[dict[str, Any]], now: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m scrapy_polite fleet",
-        description="Fleet-wide stats of every crawler process sharing POLITE_STATE.",
-    )
+#: One line on what the command does: its --help, ``scrapy -h`` and ``python -m scrapy_polite``.
+DESCRIPTION = "Fleet-wide stats of every crawler process sharing POLITE_STATE."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments, shared by ``polite-fleet``, ``scrapy polite-fleet`` and ``python -m``."""
     parser.add_argument("url", help="the POLITE_STATE Redis URL")
     parser.add_argument("--namespace", default="polite", help="POLITE_STATE_NAMESPACE (default: polite)")
     parser.add_argument("--json", action="store_true", help="print the merged summary as JSON")
     parser.add_argument("--clear", action="store_true", help="forget the published snapshots, e.g. before a new run")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print (or clear) the fleet's stats *args* ask for; returns the exit code."""
     redis = import_redis()
     label = mask_url(args.url)
     try:

@@ -576,15 +576,25 @@ def build(paths: Iterable[str | Path]) -> ReportData:
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m scrapy_polite report",
-        description="Write a self-contained HTML report from POLITE_STATS_JSONL files.",
-    )
+#: One line on what the command does: its --help, ``scrapy -h`` and ``python -m scrapy_polite``.
+DESCRIPTION = "Write a self-contained HTML report from POLITE_STATS_JSONL files."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command's arguments, shared by ``polite-report``, ``scrapy polite-report`` and ``python -m``."""
     parser.add_argument("jsonl", nargs="+", help="JSONL files (include the rotated .1 file for the full run)")
     parser.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: %(default)s)")
     parser.add_argument("--title", default="scrapy-polite crawl report")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the report *args* ask for; returns the exit code."""
     try:
         data = build(args.jsonl)
     except OSError as exc:

@@ -13,8 +13,10 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import time
 from collections import Counter, deque
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
@@ -22,6 +24,7 @@ from scrapy import signals
 from twisted.internet.defer import Deferred
 
 from . import signals as polite_signals
+from .errors import PoliteConfigError
 from .outcome import Outcome
 from .runtime import enabled_runtime
 
@@ -140,6 +143,46 @@ class HostStats(_Counts):
         self.exit_ips: Counter[str] = Counter()
 
 
+#: ``%(name)s`` placeholders of POLITE_STATS_JSONL; any other ``%`` is kept as written.
+_PLACEHOLDER = re.compile(r"%\((?:([^)]*)\)(.?))?")
+
+
+def jsonl_path(template: str | None, spider: Any, started: float | None = None) -> str | None:
+    """The POLITE_STATS_JSONL path of this crawl, its placeholders filled as in FEEDS URIs.
+
+    So that concurrent crawls (Scrapyd jobs) write and rotate files of their
+    own: ``%(name)s`` is the spider's name, ``%(time)s`` the start time in
+    FEEDS' format, ``%(job)s`` Scrapyd's job id (its ``_job`` spider
+    argument; the process id outside Scrapyd), and any other name a spider
+    attribute. Raises :class:`PoliteConfigError` for an unknown or malformed
+    placeholder, at start-up.
+    """
+    if template is None:
+        return None
+    utc = datetime.fromtimestamp(time.time() if started is None else started, tz=timezone.utc)
+    fixed = {
+        "time": utc.replace(microsecond=0).isoformat().replace(":", "-"),
+        "job": str(getattr(spider, "_job", None) or os.getpid()),
+    }
+
+    def fill(match: re.Match[str]) -> str:
+        name, conversion = match.group(1), match.group(2)
+        if not name or conversion != "s":
+            raise PoliteConfigError("POLITE_STATS_JSONL", template, "placeholders written %(name)s")
+        if name in fixed:
+            return fixed[name]
+        try:
+            return str(getattr(spider, name))
+        except AttributeError:
+            raise PoliteConfigError(
+                "POLITE_STATS_JSONL", template,
+                f"placeholders among %(name)s, %(time)s, %(job)s and the spider's attributes "
+                f"(the spider has no {name!r})",
+            ) from None
+
+    return _PLACEHOLDER.sub(fill, template)
+
+
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
 
@@ -175,7 +218,8 @@ class PoliteStats:
         self._probe_waiters: dict[str, list[Deferred]] = {}
         self._jsonl: Any = None
         self._jsonl_size = 0
-        self._jsonl_path = self.config.stats_jsonl
+        # The spider when the crawl builds it (its arguments included), else its class.
+        self._jsonl_path = jsonl_path(self.config.stats_jsonl, getattr(crawler, "spider", None) or crawler.spidercls)
         self._loop: Any = None
         self._publish_loop: Any = None
         self._prom: Any = None

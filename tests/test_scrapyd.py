@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("scrapyd", reason="Scrapyd is not installed (pip install -e '.[test]')")
-pytest.importorskip("scrapyd_client", reason="scrapyd-client is not installed (pip install -e '.[test]')")
+pytest.importorskip("scrapyd", reason="Scrapyd is not installed (pip install -e . --group test)")
+pytest.importorskip("scrapyd_client", reason="scrapyd-client is not installed (pip install -e . --group test)")
 
 import requests  # noqa: E402  (a dependency of scrapyd-client)
 from conftest import ROOT  # noqa: E402

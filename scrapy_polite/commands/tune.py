@@ -25,6 +25,7 @@ from scrapy.utils.conf import arglist_to_dict
 from ..errors import PoliteConfigError
 from ..trial import FILE_SETTING, REQUESTS_SETTING
 from ..tuning import HEADER, Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
+from . import enables_addon
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
 TUNED = (
@@ -131,7 +132,8 @@ class Command(ScrapyCommand):
         endpoints, endpoint_concurrency = _check_project(self.settings, spider)
         max_concurrency = opts.max_concurrency or max(
             opts.start_concurrency,
-            min(endpoints * endpoint_concurrency, self.settings.getint("CONCURRENT_REQUESTS", 16)),
+            min(endpoints * endpoint_concurrency,
+                _spider_settings(self.settings, spider).getint("CONCURRENT_REQUESTS", 16)),
         )
         tuner = Tuner(
             TrialSettings(opts.start_concurrency, opts.start_delay),
@@ -360,32 +362,35 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join("    | " + line for line in text)
 
 
+def _spider_settings(settings: Any, spider: str) -> Any:
+    """The settings a crawl of *spider* starts from: the project's, ``-s`` and its ``custom_settings``.
+
+    A spider that enables the add-on or lists its proxies in ``custom_settings`` is checked
+    (and tuned) as its crawls run.
+    """
+    from scrapy.utils.misc import load_object
+
+    loader = load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
+    if spider not in loader.list():
+        raise UsageError(f"Spider not found: {spider}", print_help=False)
+    merged = settings.copy()
+    loader.load(spider).update_settings(merged)
+    return merged
+
+
 def _check_project(settings: Any, spider: str) -> tuple[int, int]:
     """Fail early, with a clear message, on what would make every trial fail.
 
     Returns the number of endpoints and POLITE_ENDPOINT_CONCURRENCY.
     """
-    from scrapy.utils.misc import load_object
-
-    from ..addon import Addon
     from ..config import PoliteConfig
 
-    loader = load_object(settings["SPIDER_LOADER_CLASS"]).from_settings(settings.frozencopy())
-    if spider not in loader.list():
-        raise UsageError(f"Spider not found: {spider}", print_help=False)
-    addons = settings.getdict("ADDONS")
-    enabled = False
-    for key, priority in addons.items():
-        try:
-            obj = load_object(key) if isinstance(key, str) else key
-        except (ImportError, NameError, ValueError):
-            continue
-        if isinstance(obj, type) and issubclass(obj, Addon) and priority is not None:
-            enabled = True
-    if not enabled:
+    settings = _spider_settings(settings, spider)
+    if not enables_addon(settings):
         raise UsageError(
-            "the project does not enable scrapy-polite: add ADDONS = {'scrapy_polite.Addon': 500} "
-            "to its settings", print_help=False,
+            "the project does not enable scrapy-polite, nor does the spider's custom_settings: add "
+            "ADDONS = {'scrapy_polite.Addon': 500} to either",
+            print_help=False,
         )
     try:
         config = PoliteConfig.from_settings(settings)

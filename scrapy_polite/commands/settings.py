@@ -1,0 +1,36 @@
+"""``scrapy settings``, which also answers for the ``POLITE_*`` defaults.
+
+Scrapy applies add-ons to each crawl, not to the project settings its
+``settings`` command prints, so ``scrapy settings --get POLITE_DELAY`` would
+print ``None`` in a project that enables the add-on. This command is
+Scrapy's own, registered under the same name: in such a project it first
+adds :data:`scrapy_polite.config.DEFAULTS` at Scrapy's lowest
+(``default``) priority, below anything a project, a ``-s`` or the
+environment sets; elsewhere it is unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from scrapy.commands.settings import Command as ScrapySettingsCommand
+
+from . import enables_addon
+
+
+def register_defaults(settings: Any) -> None:
+    """Add the ``POLITE_*`` defaults to *settings* when they enable the add-on, overriding nothing."""
+    if not enables_addon(settings):
+        return
+    from ..config import DEFAULTS
+
+    for name, value in DEFAULTS.items():
+        settings.set(name, value, priority="default")
+
+
+class Command(ScrapySettingsCommand):
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        # Scrapy 2.13 reads the crawler process's settings, later releases these: the same object.
+        register_defaults(self.settings)
