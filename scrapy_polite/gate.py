@@ -105,7 +105,8 @@ class HostState:
 @dataclass
 class SessionState:
     key: str
-    endpoint_key: str | None = None
+    #: ``Endpoint.key``: it carries the proxy's credentials, so it is kept out of the repr.
+    endpoint_key: str | None = field(default=None, repr=False)
     busy: bool = False
     lost: str | None = None
     requests: int = 0
