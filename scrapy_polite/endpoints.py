@@ -25,6 +25,19 @@ _SCHEME_RE = re.compile(r"^\w+://")
 ENCODE_HINT = "percent-encode ',' ' ' '/' '?' '#' '@' in a password (%2C %20 %2F %3F %23 %40)"
 
 
+class SecretURL(str):
+    """A proxy URL whose ``repr`` hides its credentials.
+
+    The URL itself (``str()``, formatting, ``meta['proxy']``) is unchanged, but it
+    ends up as a dict key and in ``request.meta``, which code logs with ``%r``.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(shown_url(str(self)))
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """One exit identity the pool can lease.
@@ -46,6 +59,10 @@ class Endpoint:
     ident: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
+        for name in ("key", "url", "template"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, SecretURL):
+                object.__setattr__(self, name, SecretURL(value))
         if not self.ident:
             object.__setattr__(self, "ident", without_password(self.url))
 

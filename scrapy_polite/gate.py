@@ -105,8 +105,7 @@ class HostState:
 @dataclass
 class SessionState:
     key: str
-    #: ``Endpoint.key``: it carries the proxy's credentials, so it is kept out of the repr.
-    endpoint_key: str | None = field(default=None, repr=False)
+    endpoint_key: str | None = None
     busy: bool = False
     lost: str | None = None
     requests: int = 0

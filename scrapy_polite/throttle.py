@@ -103,7 +103,7 @@ class _HostPolicy:
     last_change: float
     last_decrease: float = -math.inf
     last_signal: float = -math.inf
-    #: Host-blamed signals within the pause window: (time, endpoint label, which holds no credential).
+    #: Host-blamed signals within the pause window: (time, endpoint key).
     recent: deque[tuple[float, str]] = field(default_factory=deque)
     floor_hits: int = 0
     parks: int = 0
@@ -332,7 +332,7 @@ class ThrottlePolicy:
         cfg, gate = self.config, self.gate
         h = gate.host(host)
         changes: list[str] = []
-        p.recent.append((now, endpoint.label))
+        p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
             p.recent.popleft()
         distinct = len({k for _, k in p.recent})
