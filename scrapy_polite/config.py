@@ -69,10 +69,13 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PoliteConfig:
-    """The validated ``POLITE_*`` settings of one crawler."""
+    """The validated ``POLITE_*`` settings of one crawler.
+
+    The proxy URLs and the Redis URL carry credentials: they are left out of the ``repr``.
+    """
 
     enabled: bool
-    proxies: tuple[Any, ...]
+    proxies: tuple[Any, ...] = field(repr=False)
     proxies_file: str | None
     proxies_file_check_interval: float
     gateway_sessions: int
@@ -114,7 +117,7 @@ class PoliteConfig:
     duplicates: tuple[str, ...] = field(default=())
     exit_ip_probe_url: str | None = None
     exit_ip_probe_timeout: float = 10.0
-    state: str = "memory"
+    state: str = field(default="memory", repr=False)
     state_namespace: str = "polite"
     state_lease_ttl: float = 5.0
     state_pin_ttl: float = PIN_TTL
