@@ -160,15 +160,19 @@ def split_proxies(value: str, setting: str) -> list[str]:
         userinfo, at, _ = piece.rpartition("@")
         # A password's tail: "rest@host:port" without a scheme and without the "user:" before it.
         cut = at and not _SCHEME_RE.match(piece) and ":" not in userinfo
+        why = "an '@' without 'user:' before it, like the end of a cut password" if cut else ""
         try:
             _validate_url(with_scheme(piece), setting)
-        except PoliteConfigError:
-            cut = True
-        if cut:
+        except PoliteConfigError as exc:
+            if len(pieces) == 1:  # nothing was cut: the entry's own (masked) error says more
+                raise
+            why = exc.expected
+        if why:
             raise PoliteConfigError(
                 setting, Shown(f"<a string of {len(pieces)} comma/space separated pieces>"),
-                f"proxy URLs separated by commas or spaces, but piece {n} is not one: "
-                f"{ENCODE_HINT}, or give a list (settings.py) or POLITE_PROXIES_FILE",
+                f"proxy URLs separated by commas or spaces, but piece {n} is not one ({why}). "
+                f"If a password holds ',' or ' ', {ENCODE_HINT}, or give a list (settings.py) "
+                "or POLITE_PROXIES_FILE",
             )
     return pieces
 
