@@ -22,7 +22,6 @@ import pytest
 import pytest_twisted
 import scrapy
 from faultcheck import assert_no_secret, assert_no_traceback, assert_pages_accounted, fault_crawl
-from scrapy import signals
 from twisted.internet.task import LoopingCall
 
 from scrapy_polite.runtime import get_runtime
@@ -35,7 +34,10 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class MetaLoggingSpider(scrapy.Spider):
-    """Logs every answer's meta, as many spiders do, and every failure's request meta."""
+    """Logs every answer's meta, as many spiders do, and every failure's request meta.
+
+    It also keeps the last Prometheus page, scraped after each answer and failure.
+    """
 
     name = "meta_logging"
 
@@ -45,12 +47,6 @@ class MetaLoggingSpider(scrapy.Spider):
         self.metrics: str | None = None
         self.failures = 0
 
-    @classmethod
-    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> MetaLoggingSpider:
-        spider = super().from_crawler(crawler, *args, **kwargs)
-        crawler.signals.connect(spider.idle, signal=signals.spider_idle)
-        return spider
-
     async def start(self) -> Any:
         for n in range(1, self.pages + 1):
             meta = {"polite_session": f"s{n % 3}"} if n % 4 == 0 else {}
@@ -59,15 +55,17 @@ class MetaLoggingSpider(scrapy.Spider):
     def parse(self, response: scrapy.http.Response) -> Any:
         self.logger.info("answer %s meta %r", response.status, response.meta)
         self.logger.debug("request %r meta %r", response.request, response.request.meta)
+        self.scrape()
         yield {"url": response.url, "endpoint": response.meta.get("polite_endpoint")}
 
     def failed(self, failure: Any) -> None:
         self.failures += 1
         self.logger.warning("failed %r: %s; request meta %r", failure, failure.value, failure.request.meta)
+        self.scrape()
 
-    def idle(self) -> None:
+    def scrape(self) -> None:
         url = get_runtime(self.crawler).stats.prometheus_url
-        if url and self.metrics is None:
+        if url:
             with NO_PROXY.open(url, timeout=5) as resp:
                 self.metrics = resp.read().decode()
 
