@@ -251,6 +251,8 @@ def expand(
                         static_exit_ip=exit_ip,
                         template=url,
                         session_id=sid,
+                        # Apart from the others even when the session sits in the password.
+                        ident=f"{template_ident}#{sid}",
                     )
                 )
             continue

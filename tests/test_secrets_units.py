@@ -225,3 +225,9 @@ def test_ids_are_stable_across_processes_and_keep_entries_apart() -> None:
     assert len({label for label, _, _ in first}) == len({ep_id for _, ep_id, _ in first}) == len(first)
     # A duplicate template adds nothing.
     assert published(proxies + [proxies[2]]) == first
+
+
+def test_sessions_of_a_template_with_the_session_in_the_password_keep_their_own_ids() -> None:
+    ours = published([f"http://user:{PW}-session-{{session}}@127.0.0.1:9000"])
+    assert len({ep_id for _, ep_id, _ in ours}) == len(ours) == 3
+    assert ours == published(["http://user:guess-session-{session}@127.0.0.1:9000"])
