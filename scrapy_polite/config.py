@@ -12,7 +12,7 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .endpoints import Endpoint, expand, read_proxies_file
+from .endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
 from .errors import PoliteConfigError
 from .redis_gate import PIN_TTL
 
@@ -69,10 +69,13 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class PoliteConfig:
-    """The validated ``POLITE_*`` settings of one crawler."""
+    """The validated ``POLITE_*`` settings of one crawler.
+
+    The proxy URLs and the Redis URL carry credentials: they are left out of the ``repr``.
+    """
 
     enabled: bool
-    proxies: tuple[Any, ...]
+    proxies: tuple[Any, ...] = field(repr=False)
     proxies_file: str | None
     proxies_file_check_interval: float
     gateway_sessions: int
@@ -114,7 +117,7 @@ class PoliteConfig:
     duplicates: tuple[str, ...] = field(default=())
     exit_ip_probe_url: str | None = None
     exit_ip_probe_timeout: float = 10.0
-    state: str = "memory"
+    state: str = field(default="memory", repr=False)
     state_namespace: str = "polite"
     state_lease_ttl: float = 5.0
     state_pin_ttl: float = PIN_TTL
@@ -139,7 +142,7 @@ class PoliteConfig:
         lease_timeout = r.optional_float("POLITE_LEASE_TIMEOUT", minimum=1.0)
         cfg = cls(
             enabled=r.bool("POLITE_ENABLED"),
-            proxies=tuple(r.list("POLITE_PROXIES")),
+            proxies=tuple(r.proxies("POLITE_PROXIES")),
             proxies_file=r.optional_str("POLITE_PROXIES_FILE"),
             proxies_file_check_interval=r.float("POLITE_PROXIES_FILE_CHECK_INTERVAL", minimum=0.1),
             gateway_sessions=r.int("POLITE_GATEWAY_SESSIONS", minimum=1),
@@ -208,7 +211,7 @@ class PoliteConfig:
         endpoints, duplicates = expand(entries, self.gateway_sessions, setting)
         if not endpoints:
             raise PoliteConfigError(
-                "POLITE_PROXIES", list(self.proxies),
+                "POLITE_PROXIES", [shown_url(p) if isinstance(p, str) else p for p in self.proxies],
                 "at least one proxy URL (in POLITE_PROXIES or POLITE_PROXIES_FILE)",
             )
         return endpoints, duplicates
@@ -308,6 +311,11 @@ class _Reader:
         if not isinstance(value, (list, tuple)):
             raise PoliteConfigError(name, value, "a list")
         return list(value)
+
+    def proxies(self, name: str) -> list[Any]:
+        """Like :meth:`list`, but a string is split without taking a piece of a password for a proxy."""
+        value = self.raw(name)
+        return split_proxies(value, name) if isinstance(value, str) else self.list(name)
 
     def str_list(self, name: str) -> list[str]:
         values = self.list(name)

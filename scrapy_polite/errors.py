@@ -2,21 +2,53 @@
 
 from __future__ import annotations
 
+import re
+
 from scrapy.exceptions import IgnoreRequest
+
+#: The userinfo of URL-like text: ``scheme://user:pass@``, or a scheme-less ``user:pass@``,
+#: up to the last ``@`` before a quote or line end (a password may hold ``@`` or a space).
+_USERINFO_RE = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^'\"<>\n]*@"
+    r"|(?<![\w/:.%@*-])[^\s'\"<>/@:]+:[^'\"<>\n]*@"
+)
+#: A ``password=`` parameter (redis-py takes one in its URL's query).
+_PASSWORD_PARAM_RE = re.compile(r"(?i)(?P<name>\bpassword=)[^\s&'\"<>]*")
+
+
+def scrub(text: str) -> str:
+    """*text* with the userinfo of every URL-like word and every ``password=`` value masked.
+
+    The last resort for text that may quote a setting: the call sites show a
+    masked form already, this catches what they did not foresee.
+    """
+    text = _USERINFO_RE.sub(lambda m: f"{m.group('scheme') or ''}***@", text)
+    return _PASSWORD_PARAM_RE.sub(lambda m: f"{m.group('name')}***", text)
+
+
+class Shown(str):
+    """A description shown in an error instead of a value that must not be echoed."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 class PoliteConfigError(ValueError):
     """A ``POLITE_*`` setting has a value the package cannot work with.
 
     Raised while the crawler is built, so a bad ``settings.py`` stops the
-    crawl at start-up instead of misbehaving against a real target.
+    crawl at start-up instead of misbehaving against a real target. The value
+    is scrubbed of credentials (:func:`scrub`): the message goes to logs, and
+    ``value`` holds the scrubbed text whenever scrubbing changed it.
     """
 
     def __init__(self, setting: str, value: object, expected: str) -> None:
+        shown = repr(value)
+        safe = scrub(shown)
         self.setting = setting
-        self.value = value
+        self.value = value if safe == shown else Shown(safe)
         self.expected = expected
-        super().__init__(f"{setting}={value!r} is invalid: expected {expected}")
+        super().__init__(f"{setting}={safe} is invalid: expected {expected}")
 
 
 class SessionEndpointLost(Exception):

@@ -20,6 +20,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from .errors import scrub
 from .redis_state import Keys, import_redis, mask_url, sync_client
 
 #: Seconds between two snapshots of one process.
@@ -241,7 +242,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         snaps = read_snapshots(args.url, args.namespace)
     except redis.RedisError as exc:
-        print(f"cannot read {label}: {exc}", file=sys.stderr)
+        print(f"cannot read {label}: {scrub(str(exc))}", file=sys.stderr)
         return 1
     if not snaps:
         print(f"no process has published stats under namespace {args.namespace!r} at {label}", file=sys.stderr)

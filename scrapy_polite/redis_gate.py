@@ -312,7 +312,7 @@ class RedisGate:
             st = self._endpoints.get(key)
             if st is None:
                 self._endpoints[key] = EndpointState(ep)
-                ep_id = endpoint_id(key)
+                ep_id = endpoint_id(ep.ident)
                 self._ids[key], self._by_id[ep_id] = ep_id, key
                 self._order[key] = None
                 self._order.move_to_end(key, last=False)
@@ -471,7 +471,7 @@ class RedisGate:
         self._kick()
 
     def _release_args(self, lease: Lease) -> list[Any]:
-        ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key))
+        ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.ident))
         return [self.keys.prefix, lease.host, lease.session or "", lease.token, ep_id,
                 self.keys.held(self.process_id), lease.token, self.lease_ttl]
 
@@ -825,7 +825,7 @@ class RedisGate:
     async def _renew(self) -> None:
         args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id, self._seen, self._longest_spacing()]
         for lease in self._leases.values():
-            args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key)),
+            args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.ident)),
                      lease.host, lease.session or ""]
         seen, lapsed, beat = await self._scripts["renew"](args=args)
         self._seen = float(seen)

@@ -10,10 +10,11 @@ agree on them.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import PoliteConfigError
+from .errors import PoliteConfigError, scrub
 
 INSTALL_HINT = "pip install 'scrapy-polite[redis]'"
 
@@ -30,13 +31,16 @@ def import_redis() -> Any:
 
 
 def mask_url(url: str) -> str:
-    """A Redis URL without its password, for logs and errors."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return parts._replace(netloc=user + netloc).geturl()
+    """A Redis URL without its password (in the userinfo or a ``password=`` parameter), for logs and errors."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. a broken IPv6 host: mask whatever looks like a credential
+        return scrub(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if ":" in userinfo:
+        userinfo = userinfo.split(":", 1)[0] + ":***"
+    query = re.sub(r"(?i)(^|&)(password=)[^&]*", r"\1\2***", parts.query)
+    return parts._replace(netloc=f"{userinfo}{at}{host}", query=query).geturl()
 
 
 def sync_client(url: str, timeout: float = 3.0) -> Any:
@@ -52,7 +56,9 @@ def check_reachable(url: str, timeout: float = 3.0) -> None:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise PoliteConfigError("POLITE_STATE", mask_url(url), f"a reachable Redis server ({exc})") from None
+        raise PoliteConfigError(
+            "POLITE_STATE", mask_url(url), f"a reachable Redis server ({scrub(str(exc))})"
+        ) from None
     finally:
         client.close()
 
@@ -65,9 +71,13 @@ def async_client(url: str, timeout: float = 3.0) -> Any:
     )
 
 
-def endpoint_id(endpoint_key: str) -> str:
-    """A short stable id for an endpoint: Redis never sees proxy credentials."""
-    return hashlib.sha1(endpoint_key.encode()).hexdigest()[:16]
+def endpoint_id(ident: str) -> str:
+    """A short stable id for an endpoint, from its ``Endpoint.ident`` (no password in it).
+
+    Every process reading the same list gets the same id, and the id cannot be
+    traced back to a password by guessing.
+    """
+    return hashlib.sha1(ident.encode()).hexdigest()[:16]
 
 
 class Keys:

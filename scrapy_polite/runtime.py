@@ -51,7 +51,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         return LocalGate(cfg.endpoints, **common)
     from .errors import PoliteConfigError
     from .redis_gate import RedisGate
-    from .redis_state import check_reachable
+    from .redis_state import check_reachable, mask_url
 
     try:
         from scrapy.utils.reactor import is_asyncio_reactor_installed
@@ -61,7 +61,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         asyncio_reactor = True
     if not asyncio_reactor:
         raise PoliteConfigError(
-            "POLITE_STATE", cfg.state,
+            "POLITE_STATE", mask_url(cfg.state),
             "the asyncio reactor (TWISTED_REACTOR = "
             "'twisted.internet.asyncioreactor.AsyncioSelectorReactor') for a Redis state",
         )

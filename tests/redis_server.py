@@ -22,9 +22,12 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """One ``redis-server`` process without persistence, stopped by :meth:`stop`."""
+    """One ``redis-server`` process without persistence, stopped by :meth:`stop`.
 
-    def __init__(self, workdir: Path) -> None:
+    With *password*, the server requires it (``--requirepass``) and :attr:`url` carries it.
+    """
+
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             if REQUIRED:
@@ -32,11 +35,13 @@ class RedisServer:
             pytest.skip("redis-server is not installed (apt-get install redis-server)")
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        auth = f":{password}@" if password is not None else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         self._cmd = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
             "--appendonly", "no", "--dir", str(workdir), "--logfile", str(workdir / "redis.log"),
-        ]
+        ] + (["--requirepass", password] if password is not None else [])
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
