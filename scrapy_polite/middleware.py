@@ -33,7 +33,6 @@ from twisted.web.client import ResponseNeverReceived
 
 from . import signals as polite_signals
 from . import splash as splash_support
-from .endpoints import expand, read_proxies_file
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
 from .gate import Lease
 from .outcome import Outcome
@@ -206,6 +205,11 @@ class PoliteProxyMiddleware:
             )
 
     def _reload_proxies_file(self) -> None:
+        """Apply a changed proxies file; whatever goes wrong, the pool stays and the loop goes on.
+
+        A LoopingCall stops for good on an exception, so nothing may escape: an
+        unusable file is one ERROR (naming the file and the line, never its content).
+        """
         path = self.config.proxies_file
         assert path is not None
         mtime = _mtime(path)
@@ -213,15 +217,14 @@ class PoliteProxyMiddleware:
             return
         self._file_mtime = mtime
         try:
-            entries = list(self.config.proxies) + read_proxies_file(path)
-            endpoints, _ = expand(entries, self.config.gateway_sessions, "POLITE_PROXIES_FILE")
-        except (OSError, PoliteConfigError) as exc:
-            logger.error("scrapy-polite: kept the current pool, %s could not be used: %s", path, exc)
+            endpoints, _ = self.config.load_endpoints(reload=True)
+            added, removed = self.gate.set_endpoints(endpoints)
+        except PoliteConfigError as exc:
+            logger.error("scrapy-polite: kept the current pool, as %s cannot be used: %s", path, exc)
             return
-        if not endpoints:
-            logger.error("scrapy-polite: kept the current pool, %s lists no proxy", path)
+        except Exception:
+            logger.exception("scrapy-polite: kept the current pool, as reloading %s failed", path)
             return
-        added, removed = self.gate.set_endpoints(endpoints)
         if added or removed:
             logger.info(
                 "scrapy-polite: %s changed: %d endpoint(s) added %s, %d removed %s",
