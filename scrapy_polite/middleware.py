@@ -101,6 +101,8 @@ class PoliteProxyMiddleware:
         self.gate._on_session_repinned = self._session_repinned
         if hasattr(self.gate, "on_orphans"):
             self.gate.on_orphans = self._orphans
+        if hasattr(self.gate, "on_outage_timeout"):
+            self.gate.on_outage_timeout = self._state_unreachable
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -236,16 +238,35 @@ class PoliteProxyMiddleware:
     def _all_unusable(self) -> None:
         if self._closing:
             return
-        self._closing = True
         logger.error(
             "scrapy-polite: every endpoint is dead or removed (%d failures in a row each); "
             "closing the spider", self.config.endpoint_max_failures,
         )
         self.gate.close("no usable endpoints")
+        self._close_spider("polite_no_usable_endpoints")
+
+    def _state_unreachable(self, down_for: float) -> None:
+        """Redis away past ``POLITE_STATE_OUTAGE_TIMEOUT``: close rather than wait forever.
+
+        The requests waiting at the gate take the usual close path (kept in JOBDIR,
+        or counted in ``polite/dropped_at_close``); those in flight finish.
+        """
+        if self._closing:
+            return
+        logger.error(
+            "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
+            "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
+            getattr(self.gate, "label", self.config.state), down_for, self.config.state_outage_timeout,
+        )
+        # The engine first, so the requests handed back to the scheduler stay there for JOBDIR.
+        self._close_spider("polite_state_unreachable")
+        self.gate.close("shared state unreachable", SpiderClosing)
+
+    def _close_spider(self, reason: str) -> None:
+        self._closing = True
         engine = self.crawler.engine
         if engine is None:
             return
-        reason = "polite_no_usable_endpoints"
         if hasattr(engine, "close_spider_async"):
             from scrapy.utils.defer import deferred_from_coro
 
