@@ -361,7 +361,7 @@ class LocalGate:
         base, cap = self.backoff
         wait = min(cap, base * 2 ** (st.failures - 1))
         st.unhealthy_until = self._clock() + wait
-        if not self.endpoint_usable(st):
+        if st.failures >= self.max_failures:  # dead (a removed one's sessions keep their grace until then)
             self._handle_lost_endpoints({endpoint_key})
             if self._on_all_unusable is not None and not any(
                 self.endpoint_usable(s) for s in self._endpoints.values()

@@ -751,7 +751,7 @@ class RedisGate:
 
     def _after_health_change(self, endpoint_key: str) -> None:
         st = self._endpoints[endpoint_key]
-        if self.endpoint_usable(st):
+        if st.failures < self.max_failures:  # not dead (a removed one's sessions keep their grace)
             return
         self._handle_lost_endpoints({endpoint_key})
         if self._on_all_unusable is not None and not any(

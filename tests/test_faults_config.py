@@ -139,6 +139,21 @@ def test_a_session_waits_for_its_removed_endpoint_and_goes_on_with_it() -> None:
 
 
 @pytest.mark.once
+def test_a_failure_in_flight_on_a_removed_endpoint_does_not_lose_its_session_at_once() -> None:
+    gate, ft, endpoints = local_gate()
+    first = outcomes(gate.acquire("h", "u"))[0]
+    step = outcomes(gate.acquire("h", "u"))
+    gate.set_endpoints([e for e in endpoints if e.key != first.endpoint.key])
+    gate.endpoint_failed(first.endpoint.key)  # its request in flight fails: one failure, not death
+    gate.release(first)
+    ft.advance(0.5)
+    assert step == []
+    gate.set_endpoints(endpoints)
+    ft.advance(1.0)  # its backoff
+    assert len(step) == 1 and step[0].endpoint.key == first.endpoint.key
+
+
+@pytest.mark.once
 @pytest.mark.parametrize("policy", ["fail", "repin"])
 def test_after_the_grace_the_policy_applies_and_a_re_add_undoes_a_loss(policy: str) -> None:
     from scrapy_polite.errors import SessionEndpointLost
