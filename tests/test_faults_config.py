@@ -19,6 +19,8 @@ from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
 from faultcheck import assert_no_secret, assert_no_traceback, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched
+from test_redis_gate import gate as redis_gate
+from test_redis_gate import granted, on_asyncio, pending, stop
 from twisted.internet.task import LoopingCall
 
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -307,3 +309,60 @@ async def test_redis_away_past_the_deadline_closes_and_jobdir_resumes(sandbox, r
     assert_pages_accounted(first, log, range(1, 41))
     assert sorted(items_fetched(log)) == list(range(1, 41))  # resumed from JOBDIR: each page once
     assert_no_traceback(second.log_text)
+
+
+# -- the same rules in the Redis gate, as units -------------------------------------------
+
+
+@pytest.mark.once
+@pytest.mark.parametrize("policy", ["fail", "repin"])
+@on_asyncio
+async def test_the_redis_gate_keeps_a_removed_endpoint_s_sessions_through_the_grace(redis_server, policy: str) -> None:
+    from scrapy_polite.errors import SessionEndpointLost
+
+    moved: list[str] = []
+    g = redis_gate(redis_server.url, n=2, removal_grace=0.6, session_policy=policy,
+                   on_session_repinned=lambda s, old, why: moved.append(why))
+    pool = [st.endpoint for st in g.endpoints.values()]
+    first, _ = await granted(g.acquire("h", session="u"))
+    g.release(first)
+    others = [e for e in pool if e.key != first.endpoint.key]
+    g.set_endpoints(others)
+    step = g.acquire("h", session="u")
+    assert await pending(step, 0.3)  # within the grace: it waits
+    g.set_endpoints(pool)
+    lease, _ = await granted(step)
+    assert lease.endpoint.key == first.endpoint.key and moved == []
+    g.release(lease)
+    g.set_endpoints(others)  # removed again, for longer than the grace
+    late = g.acquire("h", session="u")
+    if policy == "repin":
+        lease, waited = await granted(late)
+        assert lease.endpoint.key != first.endpoint.key and waited >= 0.5
+        assert moved == ["endpoint removed from the pool"]
+        g.release(lease)
+    else:
+        with pytest.raises(SessionEndpointLost, match="removed from the pool"):
+            await granted(late)
+        g.set_endpoints(pool)  # back: the session is not lost for good
+        lease, _ = await granted(g.acquire("h", session="u"))
+        assert lease.endpoint.key == first.endpoint.key
+        g.release(lease)
+    await stop(g)
+
+
+@pytest.mark.once
+@on_asyncio
+async def test_the_redis_gate_reports_an_outage_past_its_deadline_once(redis_server) -> None:
+    import asyncio
+
+    calls: list[float] = []
+    g = redis_gate(redis_server.url, n=1, outage_timeout=0.5, on_outage_timeout=calls.append)
+    lease, _ = await granted(g.acquire("h"))
+    redis_server.stop()
+    await asyncio.sleep(0.3)
+    assert calls == []
+    await asyncio.sleep(1.2)
+    assert len(calls) == 1 and calls[0] >= 0.5
+    g.release(lease)
+    await stop(g)
