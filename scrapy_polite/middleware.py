@@ -256,7 +256,7 @@ class PoliteProxyMiddleware:
         logger.error(
             "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
             "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
-            getattr(self.gate, "label", self.config.state), down_for, self.config.state_outage_timeout,
+            getattr(self.gate, "label", "Redis"), down_for, self.config.state_outage_timeout,
         )
         # The engine first, so the requests handed back to the scheduler stay there for JOBDIR.
         self._close_spider("polite_state_unreachable")

@@ -22,6 +22,7 @@ nothing is sent unguarded); each loop retries with its own backoff (renewals at
 most a quarter TTL apart), the outage is logged once and its end once, and the
 in-flight leases are re-asserted when Redis is back. After Redis lost its data,
 or nobody reached it for a TTL, the fleet waits a grace period before new grants.
+Away for longer than ``outage_timeout``, it is reported once, so the spider can close.
 """
 
 from __future__ import annotations
