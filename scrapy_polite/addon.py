@@ -39,10 +39,11 @@ class Addon:
             settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(TRIAL_GUARD), PRIORITY)
         if settings.get("SCHEDULER_PRIORITY_QUEUE") == "scrapy.pqueues.DownloaderAwarePriorityQueue":
             settings.set("SCHEDULER_PRIORITY_QUEUE", QUEUE, "addon")
-        from .config import DEFAULTS
+        from .config import rate_limit_codes
 
-        rate_codes = set(settings.getlist("POLITE_RATE_LIMIT_CODES") or DEFAULTS["POLITE_RATE_LIMIT_CODES"])
-        retry_codes = [c for c in settings.getlist("RETRY_HTTP_CODES") if int(c) not in {int(x) for x in rate_codes}]
+        # The same validated reading as the middleware's, so a bad value stops here with its error.
+        rate_codes = rate_limit_codes(settings)
+        retry_codes = [c for c in settings.getlist("RETRY_HTTP_CODES") if _status(c) not in rate_codes]
         settings.set("RETRY_HTTP_CODES", retry_codes, max(settings.getpriority("RETRY_HTTP_CODES") or 0, 15))
         for name, value in (("DOWNLOAD_DELAY", 0), ("AUTOTHROTTLE_ENABLED", False)):
             priority = settings.getpriority(name) or 0
@@ -54,6 +55,14 @@ class Addon:
                     "and slows the crawl; remove it and tune POLITE_DELAY instead",
                     name, settings.get(name),
                 )
+
+
+def _status(code: Any) -> Any:
+    """A RETRY_HTTP_CODES entry as an int when it is one (Scrapy itself judges the rest)."""
+    try:
+        return int(code)
+    except (TypeError, ValueError):
+        return code
 
 
 def _load(path: str) -> Any:

@@ -7,6 +7,8 @@ naming the setting, the value and what is expected.
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +66,16 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE_LEASE_TTL": 5.0,
     "POLITE_STATE_PIN_TTL": PIN_TTL,
     "POLITE_STATE_POLL": 0.05,
+    "POLITE_STATE_OUTAGE_TIMEOUT": 300.0,
 }
+
+#: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
+#: and Redis rejects expiry times far beyond it.
+MAX_SECONDS = 30 * 24 * 3600.0
+#: The largest count any ``POLITE_*`` setting accepts.
+MAX_COUNT = 1_000_000_000
+#: Session ids per gateway template: each is an endpoint kept in memory and offered to every pin.
+MAX_GATEWAY_SESSIONS = 10_000
 
 
 @dataclass(frozen=True)
@@ -122,13 +133,14 @@ class PoliteConfig:
     state_lease_ttl: float = 5.0
     state_pin_ttl: float = PIN_TTL
     state_poll: float = 0.05
+    state_outage_timeout: float = 300.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
         r = _Reader(settings)
-        host_conc = r.int("POLITE_HOST_CONCURRENCY", minimum=1)
+        host_conc = r.int("POLITE_HOST_CONCURRENCY", minimum=1, maximum=100_000)
         adaptive = r.bool("POLITE_ADAPTIVE")
-        conc_max = r.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1)
+        conc_max = r.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1, maximum=100_000)
         if conc_max is None:
             conc_max = host_conc * 4 if adaptive else host_conc
         elif conc_max < host_conc:
@@ -145,10 +157,10 @@ class PoliteConfig:
             proxies=tuple(r.proxies("POLITE_PROXIES")),
             proxies_file=r.optional_str("POLITE_PROXIES_FILE"),
             proxies_file_check_interval=r.float("POLITE_PROXIES_FILE_CHECK_INTERVAL", minimum=0.1),
-            gateway_sessions=r.int("POLITE_GATEWAY_SESSIONS", minimum=1),
+            gateway_sessions=r.int("POLITE_GATEWAY_SESSIONS", minimum=1, maximum=MAX_GATEWAY_SESSIONS),
             host_concurrency=host_conc,
             host_concurrency_max=conc_max,
-            endpoint_concurrency=r.int("POLITE_ENDPOINT_CONCURRENCY", minimum=1),
+            endpoint_concurrency=r.int("POLITE_ENDPOINT_CONCURRENCY", minimum=1, maximum=10_000),
             delay=delay,
             host_key=r.choice("POLITE_HOST_KEY", ("slot", "hostname")),
             session_policy=r.choice("POLITE_SESSION_POLICY", ("fail", "repin")),
@@ -158,7 +170,7 @@ class PoliteConfig:
             endpoint_max_failures=r.int("POLITE_ENDPOINT_MAX_FAILURES", minimum=1),
             ban_codes=r.codes("POLITE_BAN_CODES"),
             ban_duration=r.float("POLITE_BAN_DURATION", minimum=0.0),
-            rate_limit_codes=r.codes("POLITE_RATE_LIMIT_CODES"),
+            rate_limit_codes=r.rate_limit_codes(),
             retry_after_codes=r.codes("POLITE_RETRY_AFTER_CODES"),
             retry_after_max=r.float("POLITE_RETRY_AFTER_MAX", minimum=0.0),
             cooldown=r.range("POLITE_COOLDOWN"),
@@ -175,10 +187,10 @@ class PoliteConfig:
             proxy_error_headers=tuple(r.str_list("POLITE_PROXY_ERROR_HEADERS")),
             lease_timeout=lease_timeout if lease_timeout is not None else timeout + 60.0,
             stats_jsonl=r.optional_str("POLITE_STATS_JSONL"),
-            stats_jsonl_max_bytes=r.int("POLITE_STATS_JSONL_MAX_BYTES", minimum=1024),
+            stats_jsonl_max_bytes=r.int("POLITE_STATS_JSONL_MAX_BYTES", minimum=1024, maximum=2**62),
             stats_window=r.float("POLITE_STATS_WINDOW", minimum=1.0),
             log_interval=r.float("POLITE_LOG_INTERVAL", minimum=0.0),
-            prometheus_port=r.optional_int("POLITE_PROMETHEUS_PORT", minimum=0),
+            prometheus_port=r.optional_int("POLITE_PROMETHEUS_PORT", minimum=0, maximum=65535),
             prometheus_address=r.str("POLITE_PROMETHEUS_ADDRESS"),
             exit_ip_probe_url=r.optional_url("POLITE_EXIT_IP_PROBE_URL"),
             exit_ip_probe_timeout=r.float("POLITE_EXIT_IP_PROBE_TIMEOUT", minimum=0.1),
@@ -187,6 +199,7 @@ class PoliteConfig:
             state_lease_ttl=r.float("POLITE_STATE_LEASE_TTL", minimum=1.0),
             state_pin_ttl=r.float("POLITE_STATE_PIN_TTL", minimum=1.0),
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
+            state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -194,19 +207,24 @@ class PoliteConfig:
             object.__setattr__(cfg, "duplicates", tuple(duplicates))
         return cfg
 
-    def load_endpoints(self) -> tuple[list[Endpoint], list[str]]:
+    def load_endpoints(self, reload: bool = False) -> tuple[list[Endpoint], list[str]]:
         """Endpoints from ``POLITE_PROXIES`` plus ``POLITE_PROXIES_FILE``.
 
-        Raises when there are none, since a pool of zero would hang the crawl.
+        Raises when there are none, since a pool of zero would hang the crawl; on a
+        *reload*, also when the file lists none, since an emptied file is most likely
+        one being rewritten, and dropping its endpoints would strand their sessions.
         """
         entries: list[Any] = list(self.proxies)
         if self.proxies_file:
             try:
-                entries.extend(read_proxies_file(self.proxies_file))
+                listed = read_proxies_file(self.proxies_file)
             except OSError as exc:
                 raise PoliteConfigError(
-                    "POLITE_PROXIES_FILE", self.proxies_file, f"a readable file ({exc.strerror})"
+                    "POLITE_PROXIES_FILE", self.proxies_file, f"a readable file ({exc.strerror or exc})"
                 ) from None
+            if reload and not listed:
+                raise PoliteConfigError("POLITE_PROXIES_FILE", self.proxies_file, "at least one proxy URL")
+            entries.extend(listed)
         setting = "POLITE_PROXIES_FILE" if self.proxies_file and not self.proxies else "POLITE_PROXIES"
         endpoints, duplicates = expand(entries, self.gateway_sessions, setting)
         if not endpoints:
@@ -236,46 +254,58 @@ class _Reader:
         raise PoliteConfigError(name, value, "True or False")
 
     def _number(self, name: str, value: Any, kind: type, minimum: float | None, maximum: float | None) -> Any:
+        """*value* as a finite int or float within bounds.
+
+        Without a *maximum*, floats (all seconds) stop at ``MAX_SECONDS`` and ints at ``MAX_COUNT``,
+        so a typo cannot overflow a timer, a Redis expiry or a loop.
+        """
+        noun = "an integer" if kind is int else "a number"
         try:
             if isinstance(value, bool):
                 raise ValueError
+            if isinstance(value, str):
+                value = value.strip()
             number = kind(value)
             if kind is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
-        except (TypeError, ValueError):
-            raise PoliteConfigError(name, value, f"a{'n integer' if kind is int else ' number'}") from None
-        if number != number:  # NaN
-            raise PoliteConfigError(name, value, "a number")
+        except (TypeError, ValueError, OverflowError):  # int(inf) overflows
+            raise PoliteConfigError(name, value, noun) from None
+        if isinstance(number, float) and not math.isfinite(number):
+            raise PoliteConfigError(name, value, "a finite " + ("integer" if kind is int else "number"))
+        if maximum is None:
+            maximum = MAX_SECONDS if kind is float else MAX_COUNT
         if minimum is not None and number < minimum:
-            raise PoliteConfigError(name, value, f"a number >= {minimum}")
+            raise PoliteConfigError(name, value, f"{noun} >= {minimum}")
         if maximum is not None and number > maximum:
-            raise PoliteConfigError(name, value, f"a number <= {maximum}")
+            raise PoliteConfigError(name, value, f"{noun} <= {maximum:g}")
         return number
 
-    def int(self, name: str, minimum: int | None = None) -> int:
-        return self._number(name, self.raw(name), int, minimum, None)
+    def int(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+        return self._number(name, self.raw(name), int, minimum, maximum)
 
     def float(self, name: str, minimum: float | None = None, maximum: float | None = None) -> float:
         return self._number(name, self.raw(name), float, minimum, maximum)
 
-    def optional_int(self, name: str, minimum: int | None = None) -> int | None:
+    def optional_int(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int | None:
         value = self.settings.get(name, DEFAULTS[name])
-        return None if value in (None, "") else self._number(name, value, int, minimum, None)
+        return None if _unset(value) else self._number(name, value, int, minimum, maximum)
 
     def optional_float(self, name: str, minimum: float | None = None) -> float | None:
         value = self.settings.get(name, DEFAULTS[name])
-        return None if value in (None, "") else self._number(name, value, float, minimum, None)
+        return None if _unset(value) else self._number(name, value, float, minimum, None)
 
     def str(self, name: str) -> str:
         value = self.raw(name)
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value.strip():
             raise PoliteConfigError(name, value, "a non-empty string")
         return value
 
     def optional_str(self, name: str) -> str | None:
         value = self.settings.get(name, DEFAULTS[name])
-        if value in (None, ""):
+        if _unset(value):
             return None
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
         if not isinstance(value, str):
             raise PoliteConfigError(name, value, "a string or None")
         return value
@@ -324,22 +354,29 @@ class _Reader:
         return values
 
     def codes(self, name: str) -> frozenset[int]:
-        out = set()
-        for v in self.list(name):
-            code = self._number(name, v, int, 100, 599)
-            out.add(code)
-        return frozenset(out)
+        return frozenset(self._number(name, v, int, 100, 599) for v in self.list(name))
+
+    def rate_limit_codes(self) -> frozenset[int]:
+        """``POLITE_RATE_LIMIT_CODES``: never empty, or no component would handle a 429."""
+        name = "POLITE_RATE_LIMIT_CODES"
+        codes = self.codes(name)
+        if not codes:
+            raise PoliteConfigError(name, self.raw(name), "at least one HTTP status (e.g. [429])")
+        return codes
 
     def range(self, name: str, positive: bool = False) -> tuple[float, float]:
         value = self.raw(name)
         if isinstance(value, str):
             value = [v for v in value.replace(",", " ").split() if v]
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            # A single number d means "about d": jitter it by +-1/3.
-            low, high = float(value) * 2 / 3, float(value) * 4 / 3
-        elif isinstance(value, (list, tuple)) and len(value) == 2:
+        if isinstance(value, (list, tuple)) and len(value) == 1:
+            value = value[0]
+        if isinstance(value, (list, tuple)) and len(value) == 2:
             low = self._number(name, value[0], float, 0.0, None)
             high = self._number(name, value[1], float, 0.0, None)
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            # A single number d means "about d": jitter it by +-1/3.
+            d = self._number(name, value, float, 0.0, MAX_SECONDS * 3 / 4)
+            low, high = d * 2 / 3, d * 4 / 3
         else:
             raise PoliteConfigError(name, value, "(min, max) seconds, or one number of seconds")
         if low < 0 or high < low:
@@ -347,3 +384,13 @@ class _Reader:
         if positive and low <= 0:
             raise PoliteConfigError(name, value, "(min, max) with 0 < min <= max")
         return (low, high)
+
+
+def _unset(value: Any) -> bool:
+    """None or an empty string (``-s NAME=``): the setting is off."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def rate_limit_codes(settings: BaseSettings) -> frozenset[int]:
+    """The validated ``POLITE_RATE_LIMIT_CODES``, for the add-on, which runs before the config is built."""
+    return _Reader(settings).rate_limit_codes()

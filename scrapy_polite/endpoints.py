@@ -270,10 +270,46 @@ def expand(
 
 
 def read_proxies_file(path: str | Path) -> list[str]:
-    """Proxy URLs from a text file: one per line, ``#`` starts a comment."""
+    """Proxy URLs from a UTF-8 text file: one per line, ``#`` starts a comment.
+
+    Each line is checked here, so a bad one is reported by its number, never by
+    its content (it may hold a password). Raises ``OSError`` when the file cannot
+    be read and :class:`PoliteConfigError` for a line that is not UTF-8 or not a
+    proxy URL.
+    """
     out = []
-    for raw in Path(path).read_text(encoding="utf-8").splitlines():
-        line = re.split(r"(?:^|\s)#", raw, maxsplit=1)[0].strip()
-        if line:
-            out.append(line)
+    for number, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+        try:
+            text = raw.decode("utf-8").lstrip("\ufeff")
+        except UnicodeDecodeError:
+            raise _line_error(path, number, "UTF-8 text") from None
+        line = re.split(r"(?:^|\s)#", text, maxsplit=1)[0].strip()
+        if not line:
+            continue
+        try:
+            expand([line], 1, "POLITE_PROXIES_FILE")
+        except PoliteConfigError:
+            raise _line_error(path, number, _reason_without_credentials(line)) from None
+        out.append(line)
     return out
+
+
+def _line_error(path: str | Path, number: int, expected: str) -> PoliteConfigError:
+    return PoliteConfigError(
+        "POLITE_PROXIES_FILE", f"{path}, line {number}", f"{expected} (the line is not shown: it may hold a password)"
+    )
+
+
+def _reason_without_credentials(line: str) -> str:
+    """Why *line* is not a proxy URL, found on a copy whose user and password are replaced."""
+    head, sep, rest = line.partition("://")
+    if not sep:
+        head, rest = "", line
+    if "@" in rest:
+        rest = "user:pass@" + rest.rpartition("@")[2]
+    masked = f"{head}{sep}{rest}"
+    try:
+        expand([masked], 1, "POLITE_PROXIES_FILE")
+    except PoliteConfigError as exc:
+        return exc.expected
+    return "a proxy URL such as http://user:pass@host:port"

@@ -112,6 +112,49 @@ class SessionState:
     queue: deque[_Waiter] = field(default_factory=deque, repr=False)
 
 
+class RemovalGrace:
+    """When the grace of each endpoint removed from the pool ends.
+
+    A proxies file being rewritten can drop an endpoint for one check. The
+    sessions pinned to it wait this long for it to come back, so they keep their
+    identity, before ``POLITE_SESSION_POLICY`` applies (at once for 0 seconds).
+    """
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self._until: dict[str, float] = {}
+
+    def start(self, key: str, now: float) -> float:
+        until = self._until[key] = now + self.seconds
+        return until
+
+    def cancel(self, key: str) -> None:
+        self._until.pop(key, None)
+
+    def until(self, key: str) -> float | None:
+        return self._until.get(key)
+
+    def expired(self, now: float) -> set[str]:
+        """The keys whose grace has ended, forgotten from now on."""
+        if not self._until:
+            return set()
+        done = {key for key, until in self._until.items() if until <= now}
+        for key in done:
+            del self._until[key]
+        return done
+
+
+def revive_sessions(sessions: Iterable[SessionState], keys: set[str]) -> None:
+    """Sessions lost with one of *keys* may run again: those endpoints are back in the pool."""
+    for s in sessions:
+        if s.lost and s.endpoint_key in keys:
+            s.lost = None
+
+
+#: Why a session leaves an endpoint that was taken out of the proxies file.
+REMOVED = "endpoint removed from the pool"
+
+
 class Gate(Protocol):
     """What the middleware and the throttle need from pool state."""
 
@@ -154,6 +197,7 @@ class LocalGate:
         rng: random.Random | None = None,
         on_session_repinned: Callable[[str, str | None, str], None] | None = None,
         on_all_unusable: Callable[[], None] | None = None,
+        removal_grace: float = 0.0,
     ) -> None:
         self.host_concurrency = host_concurrency
         self.endpoint_concurrency = endpoint_concurrency
@@ -178,6 +222,7 @@ class LocalGate:
         self._closed: str | None = None
         self._close_error: type[Exception] = NoUsableEndpoints
         self._leases: dict[int, Lease] = {}
+        self._removals = RemovalGrace(removal_grace)
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -237,10 +282,13 @@ class LocalGate:
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
         """Make the pool exactly *endpoints*; return (added, removed) labels.
 
-        A removed endpoint takes no new requests; its in-flight ones finish.
+        A removed endpoint takes no new requests; its in-flight ones finish. Its
+        sessions wait for it through the removal grace, and come back with it.
         """
+        now = self._clock()
         wanted = {e.key: e for e in endpoints}
         added, removed = [], []
+        back: set[str] = set()
         for key, ep in wanted.items():
             st = self._endpoints.get(key)
             if st is None:
@@ -250,6 +298,8 @@ class LocalGate:
                 added.append(ep.label)
             elif st.removed:
                 st.removed = False
+                self._removals.cancel(key)
+                back.add(key)
                 if st.inflight < self.endpoint_concurrency:
                     self._idle[key] = None
                 added.append(ep.label)
@@ -258,8 +308,9 @@ class LocalGate:
                 st.removed = True
                 self._idle.pop(key, None)
                 removed.append(st.endpoint.label)
-        if removed:
-            self._handle_lost_endpoints({k for k, st in self._endpoints.items() if st.removed})
+                self._schedule(self._removals.start(key, now))
+        revive_sessions(self._sessions.values(), {k for k in back if self.endpoint_usable(self._endpoints[k])})
+        self._expire_removals(now)
         self._kick()
         return added, removed
 
@@ -310,7 +361,7 @@ class LocalGate:
         base, cap = self.backoff
         wait = min(cap, base * 2 ** (st.failures - 1))
         st.unhealthy_until = self._clock() + wait
-        if not self.endpoint_usable(st):
+        if st.failures >= self.max_failures:  # dead (a removed one's sessions keep their grace until then)
             self._handle_lost_endpoints({endpoint_key})
             if self._on_all_unusable is not None and not any(
                 self.endpoint_usable(s) for s in self._endpoints.values()
@@ -441,7 +492,13 @@ class LocalGate:
         self._drop(waiter)
         waiter.deferred.errback(exc)
 
-    def _handle_lost_endpoints(self, keys: set[str]) -> None:
+    def _expire_removals(self, now: float) -> None:
+        """Apply the session policy to the endpoints still removed when their grace ends."""
+        ended = {key for key in self._removals.expired(now) if self._endpoints[key].removed}
+        if ended:
+            self._handle_lost_endpoints(ended, REMOVED)
+
+    def _handle_lost_endpoints(self, keys: set[str], why: str = "endpoint unusable") -> None:
         for s in self._sessions.values():
             if s.endpoint_key not in keys:
                 continue
@@ -450,9 +507,9 @@ class LocalGate:
                 self._endpoints[s.endpoint_key].sessions -= 1
                 s.endpoint_key = None
                 if self._on_session_repinned is not None:
-                    self._on_session_repinned(s.key, old, "endpoint unusable")
+                    self._on_session_repinned(s.key, old, why)
                 continue
-            s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
+            s.lost = lost_message(s.key, old, why)
             for w in list(s.queue):
                 self._fail(w, SessionEndpointLost(s.lost))
 
@@ -462,6 +519,7 @@ class LocalGate:
 
     def _dispatch(self, hosts: Iterable[str]) -> None:
         now = self._clock()
+        self._expire_removals(now)
         wake = float("inf")
         for host in hosts:
             h = self._hosts.get(host)
@@ -515,6 +573,9 @@ class LocalGate:
                 s.endpoint_key = key
                 self._endpoints[key].sessions += 1
             st = self._endpoints[s.endpoint_key]
+            if st.removed:  # within its removal grace: wait for it to come back
+                until = self._removals.until(st.endpoint.key)
+                return None, float("inf") if until is None else until
             if st.inflight >= self.endpoint_concurrency:
                 return None, float("inf")
             ready = self._ready_at(st, waiter.host, h, now)
@@ -600,7 +661,14 @@ class LocalGate:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
+        self._expire_removals(self._clock())
         self._kick()
+
+
+def lost_message(session: str, label: str, why: str) -> str:
+    """The SessionEndpointLost text for *session*, whose endpoint *label* died or was removed."""
+    how = ", removed from the pool" if why == REMOVED else ""
+    return f"session {session!r} lost its endpoint {label}{how} (POLITE_SESSION_POLICY='fail')"
 
 
 def _reactor_call_later(delay: float, func: Callable[[], None]) -> object:

@@ -33,7 +33,6 @@ from twisted.web.client import ResponseNeverReceived
 
 from . import signals as polite_signals
 from . import splash as splash_support
-from .endpoints import expand, read_proxies_file
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
 from .exit_ip import parse_exit_ip
 from .gate import Lease
@@ -104,6 +103,8 @@ class PoliteProxyMiddleware:
         self.gate._on_session_repinned = self._session_repinned
         if hasattr(self.gate, "on_orphans"):
             self.gate.on_orphans = self._orphans
+        if hasattr(self.gate, "on_outage_timeout"):
+            self.gate.on_outage_timeout = self._state_unreachable
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -208,6 +209,11 @@ class PoliteProxyMiddleware:
             )
 
     def _reload_proxies_file(self) -> None:
+        """Apply a changed proxies file; whatever goes wrong, the pool stays and the loop goes on.
+
+        A LoopingCall stops for good on an exception, so nothing may escape: an
+        unusable file is one ERROR (naming the file and the line, never its content).
+        """
         path = self.config.proxies_file
         assert path is not None
         mtime = _mtime(path)
@@ -215,15 +221,14 @@ class PoliteProxyMiddleware:
             return
         self._file_mtime = mtime
         try:
-            entries = list(self.config.proxies) + read_proxies_file(path)
-            endpoints, _ = expand(entries, self.config.gateway_sessions, "POLITE_PROXIES_FILE")
-        except (OSError, PoliteConfigError) as exc:
-            logger.error("scrapy-polite: kept the current pool, %s could not be used: %s", path, exc)
+            endpoints, _ = self.config.load_endpoints(reload=True)
+            added, removed = self.gate.set_endpoints(endpoints)
+        except PoliteConfigError as exc:
+            logger.error("scrapy-polite: kept the current pool, as %s cannot be used: %s", path, exc)
             return
-        if not endpoints:
-            logger.error("scrapy-polite: kept the current pool, %s lists no proxy", path)
+        except Exception:
+            logger.exception("scrapy-polite: kept the current pool, as reloading %s failed", path)
             return
-        added, removed = self.gate.set_endpoints(endpoints)
         if added or removed:
             logger.info(
                 "scrapy-polite: %s changed: %d endpoint(s) added %s, %d removed %s",
@@ -235,16 +240,35 @@ class PoliteProxyMiddleware:
     def _all_unusable(self) -> None:
         if self._closing:
             return
-        self._closing = True
         logger.error(
             "scrapy-polite: every endpoint is dead or removed (%d failures in a row each); "
             "closing the spider", self.config.endpoint_max_failures,
         )
         self.gate.close("no usable endpoints")
+        self._close_spider("polite_no_usable_endpoints")
+
+    def _state_unreachable(self, down_for: float) -> None:
+        """Redis away past ``POLITE_STATE_OUTAGE_TIMEOUT``: close rather than wait forever.
+
+        The requests waiting at the gate take the usual close path (kept in JOBDIR,
+        or counted in ``polite/dropped_at_close``); those in flight finish.
+        """
+        if self._closing:
+            return
+        logger.error(
+            "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
+            "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
+            getattr(self.gate, "label", "Redis"), down_for, self.config.state_outage_timeout,
+        )
+        # The engine first, so the requests handed back to the scheduler stay there for JOBDIR.
+        self._close_spider("polite_state_unreachable")
+        self.gate.close("shared state unreachable", SpiderClosing)
+
+    def _close_spider(self, reason: str) -> None:
+        self._closing = True
         engine = self.crawler.engine
         if engine is None:
             return
-        reason = "polite_no_usable_endpoints"
         if hasattr(engine, "close_spider_async"):
             from scrapy.utils.defer import deferred_from_coro
 

@@ -22,6 +22,7 @@ nothing is sent unguarded); each loop retries with its own backoff (renewals at
 most a quarter TTL apart), the outage is logged once and its end once, and the
 in-flight leases are re-asserted when Redis is back. After Redis lost its data,
 or nobody reached it for a TTL, the fleet waits a grace period before new grants.
+Away for longer than ``outage_timeout``, it is reported once, so the spider can close.
 """
 
 from __future__ import annotations
@@ -44,7 +45,16 @@ from twisted.internet.defer import Deferred
 from . import redis_scripts
 from .endpoints import Endpoint
 from .errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
-from .gate import EndpointState, HostState, Lease, SessionState
+from .gate import (
+    REMOVED,
+    EndpointState,
+    HostState,
+    Lease,
+    RemovalGrace,
+    SessionState,
+    lost_message,
+    revive_sessions,
+)
 from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
 
 logger = logging.getLogger(__name__)
@@ -118,6 +128,9 @@ class RedisGate:
         rng: random.Random | None = None,
         on_session_repinned: Callable[[str, str | None, str], None] | None = None,
         on_all_unusable: Callable[[], None] | None = None,
+        removal_grace: float = 0.0,
+        outage_timeout: float = 0.0,
+        on_outage_timeout: Callable[[float], None] | None = None,
     ) -> None:
         self._redis = import_redis()
         # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
@@ -177,6 +190,11 @@ class RedisGate:
         # fleet-wide grace this process last logged.
         self._seen = 0.0
         self._grace_until = 0.0
+        self._removals = RemovalGrace(removal_grace)
+        #: Seconds Redis may stay unreachable before *on_outage_timeout* is called (0: wait forever).
+        self.outage_timeout = outage_timeout
+        self.on_outage_timeout = on_outage_timeout
+        self._outage_reported = False
         self.set_endpoints(endpoints)
 
     # -- inspection (same surface as LocalGate) ----------------------------
@@ -265,7 +283,8 @@ class RedisGate:
     async def _shutdown(self) -> None:
         if self._ops is not None:
             try:
-                await asyncio.wait_for(self._ops.join(), timeout=5)
+                # While Redis is away, the queued updates cannot go: no point waiting for them.
+                await asyncio.wait_for(self._ops.join(), timeout=5 if self._down_since is None else 0.5)
             except asyncio.TimeoutError:
                 logger.warning("scrapy-polite: %d shared-state updates not sent at close", self._ops.qsize())
         self._halt()
@@ -306,8 +325,12 @@ class RedisGate:
         return h
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
+        """As :meth:`LocalGate.set_endpoints <scrapy_polite.gate.LocalGate.set_endpoints>`: a removed
+        endpoint's sessions wait for it through the removal grace, and come back with it."""
+        now = self._clock()
         wanted = {e.key: e for e in endpoints}
         added, removed = [], []
+        back: set[str] = set()
         for key, ep in wanted.items():
             st = self._endpoints.get(key)
             if st is None:
@@ -319,13 +342,16 @@ class RedisGate:
                 added.append(ep.label)
             elif st.removed:
                 st.removed = False
+                self._removals.cancel(key)
+                back.add(key)
                 added.append(ep.label)
         for key, st in self._endpoints.items():
             if key not in wanted and not st.removed:
                 st.removed = True
                 removed.append(st.endpoint.label)
-        if removed:
-            self._handle_lost_endpoints({k for k, st in self._endpoints.items() if st.removed})
+                self._removals.start(key, now)
+        revive_sessions(self._sessions.values(), {k for k in back if self.endpoint_usable(self._endpoints[k])})
+        self._expire_removals(now)
         self._kick()
         return added, removed
 
@@ -498,6 +524,7 @@ class RedisGate:
         while h.waiters and not self._closed and not self._halted:
             event.clear()
             now = self._clock()
+            self._expire_removals(now)
             tries, wake = self._eligible(h, now)
             pause = wake - now
             for waiter in tries:
@@ -562,6 +589,9 @@ class RedisGate:
         if w.session is not None:
             s = self._sessions[w.session]
             pinned = s.endpoint_key
+            until = self._removals.until(pinned) if pinned is not None else None
+            if until is not None:  # its endpoint was removed: wait for it through the grace
+                return "session_wait", max(0.0, until - self._clock())
             if pinned is not None and pinned in self._endpoints:
                 ready = self._spacing.get((pinned, host), 0.0)
                 if ready > self._clock():
@@ -722,7 +752,7 @@ class RedisGate:
 
     def _after_health_change(self, endpoint_key: str) -> None:
         st = self._endpoints[endpoint_key]
-        if self.endpoint_usable(st):
+        if st.failures < self.max_failures:  # not dead (a removed one's sessions keep their grace)
             return
         self._handle_lost_endpoints({endpoint_key})
         if self._on_all_unusable is not None and not any(
@@ -730,7 +760,13 @@ class RedisGate:
         ):
             self._on_all_unusable()
 
-    def _handle_lost_endpoints(self, keys: set[str]) -> None:
+    def _expire_removals(self, now: float) -> None:
+        """Apply the session policy to the endpoints still removed when their grace ends."""
+        ended = {key for key in self._removals.expired(now) if self._endpoints[key].removed}
+        if ended:
+            self._handle_lost_endpoints(ended, REMOVED)
+
+    def _handle_lost_endpoints(self, keys: set[str], why: str = "endpoint unusable") -> None:
         for s in self._sessions.values():
             if s.endpoint_key not in keys or s.lost:
                 continue
@@ -739,9 +775,9 @@ class RedisGate:
                 pinned, s.endpoint_key = s.endpoint_key, None
                 self._unpin(s.key, self._ids[pinned])
                 if self._on_session_repinned is not None:
-                    self._on_session_repinned(s.key, old, "endpoint unusable")
+                    self._on_session_repinned(s.key, old, why)
                 continue
-            s.lost = f"session {s.key!r} lost its endpoint {old} (POLITE_SESSION_POLICY='fail')"
+            s.lost = lost_message(s.key, old, why)
             for w in list(s.queue):
                 self._fail(w, SessionEndpointLost(s.lost))  # type: ignore[arg-type]
 
@@ -856,7 +892,18 @@ class RedisGate:
                 "scrapy-polite: lost the shared state at %s (%s); %d request(s) wait, none is sent "
                 "until it is back", self.label, exc, self.waiting(),
             )
+        self._check_outage_deadline()
         await asyncio.sleep(backoff.next())
+
+    def _check_outage_deadline(self) -> None:
+        """Once Redis has been away for ``outage_timeout``, say so (once per outage): the caller closes."""
+        if self._down_since is None or self.outage_timeout <= 0 or self._outage_reported:
+            return
+        down_for = self._clock() - self._down_since
+        if down_for >= self.outage_timeout:
+            self._outage_reported = True
+            if self.on_outage_timeout is not None:
+                self.on_outage_timeout(down_for)
 
     def _back(self, backoff: _Backoff) -> None:
         if self._down_since is not None:
@@ -865,5 +912,6 @@ class RedisGate:
                 self._clock() - self._down_since,
             )
             self._down_since = None
+            self._outage_reported = False
             self._kick()
         backoff.reset()

@@ -44,6 +44,8 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         "backoff": cfg.endpoint_backoff,
         "max_failures": cfg.endpoint_max_failures,
         "session_policy": cfg.session_policy,
+        # Two file checks: a file caught mid-rewrite is read whole at the next one.
+        "removal_grace": 2 * cfg.proxies_file_check_interval if cfg.proxies_file else 0.0,
     }
     if cfg.state == "memory":
         from .gate import LocalGate
@@ -68,7 +70,8 @@ def _build_gate(cfg: PoliteConfig) -> Any:
     check_reachable(cfg.state)
     return RedisGate(
         cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
-        lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, poll=cfg.state_poll, **common,
+        lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, poll=cfg.state_poll,
+        outage_timeout=cfg.state_outage_timeout, **common,
     )
 
 
