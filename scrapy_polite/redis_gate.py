@@ -118,6 +118,8 @@ class RedisGate:
         rng: random.Random | None = None,
         on_session_repinned: Callable[[str, str | None, str], None] | None = None,
         on_all_unusable: Callable[[], None] | None = None,
+        stall_timeout: float = 0.0,
+        on_stalled: Callable[[Lease], None] | None = None,
     ) -> None:
         self._redis = import_redis()
         # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
@@ -151,6 +153,9 @@ class RedisGate:
         self._hosts: dict[str, HostState] = {}
         self._sessions: dict[str, SessionState] = {}
         self._leases: dict[str, Lease] = {}
+        self.stall_timeout = stall_timeout
+        self._on_stalled = on_stalled
+        self._stall_timers: dict[str, asyncio.TimerHandle] = {}
         self._fleet_inflight: dict[str, int] = {}
         self._signals: dict[str, float] = {}
         # This process's own spacing per (endpoint key, host), kept locally too, so
@@ -247,7 +252,7 @@ class RedisGate:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name.upper()))
             for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal")
+                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal", "stall")
         }
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
@@ -450,11 +455,14 @@ class RedisGate:
             return
         lease.released = True
         self._leases.pop(lease.token, None)
+        timer = self._stall_timers.pop(lease.token, None)
+        if timer is not None:
+            timer.cancel()
         st = self._endpoints.get(lease.endpoint.key)
         if st is not None:
             st.inflight -= 1
         h = self._hosts.get(lease.host)
-        if h is not None:
+        if h is not None and not lease.stalled:
             h.inflight -= 1
         if lease.session is not None:
             s = self._sessions.get(lease.session)
@@ -469,6 +477,32 @@ class RedisGate:
 
         self._op(send)
         self._kick()
+
+    def stall(self, lease: Lease) -> bool:
+        """Give *lease*'s host slot back, once and fleet-wide; its endpoint stays held.
+
+        The same decision as :meth:`LocalGate.stall <scrapy_polite.gate.LocalGate.stall>`:
+        the script takes the lease out of the host's set unless it was released, and
+        renewals leave it out from then on.
+        """
+        self._stall_timers.pop(lease.token, None)
+        if lease.released or lease.stalled:
+            return False
+        lease.stalled = True
+        h = self._hosts.get(lease.host)
+        if h is not None:
+            h.inflight -= 1
+        args = [self.keys.prefix, lease.host, lease.token, self.lease_ttl]
+
+        async def send() -> None:
+            await self._scripts["stall"](args=args)
+            self._kick()
+
+        self._op(send)
+        if self._on_stalled is not None:
+            self._on_stalled(lease)
+        self._kick()
+        return True
 
     def _release_args(self, lease: Lease) -> list[Any]:
         ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key))
@@ -681,6 +715,10 @@ class RedisGate:
         w.done = True
         lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack)
         self._leases[w.token] = lease
+        if self.stall_timeout > 0:
+            self._stall_timers[w.token] = asyncio.get_running_loop().call_later(
+                self.stall_timeout, self.stall, lease
+            )
         w.deferred.callback(lease)
 
     def _send_release(self, host: str, w: _Waiter, ep_id: str) -> None:
@@ -825,8 +863,9 @@ class RedisGate:
     async def _renew(self) -> None:
         args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id, self._seen, self._longest_spacing()]
         for lease in self._leases.values():
+            # A stalled lease holds its endpoint only: no host to renew it for.
             args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.key)),
-                     lease.host, lease.session or ""]
+                     "" if lease.stalled else lease.host, lease.session or ""]
         seen, lapsed, beat = await self._scripts["renew"](args=args)
         self._seen = float(seen)
         lapsed, beat = int(lapsed), int(beat) if self._renewed else 0

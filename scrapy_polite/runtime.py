@@ -44,6 +44,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         "backoff": cfg.endpoint_backoff,
         "max_failures": cfg.endpoint_max_failures,
         "session_policy": cfg.session_policy,
+        "stall_timeout": cfg.stall_timeout,
     }
     if cfg.state == "memory":
         from .gate import LocalGate
