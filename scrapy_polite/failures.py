@@ -134,8 +134,11 @@ class _Pair:
 
 @dataclass
 class _Host:
-    #: Unclear failures within the window: (time, endpoint key).
-    recent: deque[tuple[float, str]] = field(default_factory=deque)
+    #: Unclear failures within the window: (time, endpoint key, URL).
+    recent: deque[tuple[float, str, object]] = field(default_factory=deque)
+    #: URLs a host verdict already counted (the newest ones): a URL that hangs
+    #: wherever it is sent is that URL's problem, and blames its host once.
+    counted: OrderedDict[object, None] = field(default_factory=OrderedDict)
     #: When any endpoint last got an answer from the host, and which one.
     last_ok: float = -math.inf
     last_ok_endpoint: str = ""
@@ -151,8 +154,9 @@ class EvidenceTracker:
       *endpoint_hosts* hosts, or *endpoint_streak* come in a row for one host
       while another endpoint got an answer from that host meanwhile;
     - the host, when *host_endpoints* distinct endpoints failed for it within
-      *window* seconds; a host verdict with no answer from the host since the
-      previous one says to park it.
+      *window* seconds, on as many distinct URLs not counted by an earlier host
+      verdict; a host verdict with no answer from the host since the previous
+      one says to park it.
 
     An answer clears the pair's streak, the endpoint's record and the host's
     strikes. Memory is bounded: records older than the window are dropped, and
@@ -183,8 +187,8 @@ class EvidenceTracker:
     def __len__(self) -> int:
         return len(self._pairs) + len(self._endpoints) + len(self._hosts)
 
-    def failure(self, endpoint: str, host: str) -> Verdict:
-        """An unclear failure of *endpoint* for *host*: whom it blames."""
+    def failure(self, endpoint: str, host: str, url: object = None) -> Verdict:
+        """An unclear failure of *endpoint* for *host* (on *url*, if known): whom it blames."""
         now = self._clock()
         pair = self._touch(self._pairs, (endpoint, host), _Pair)
         if pair.count == 0:
@@ -194,11 +198,16 @@ class EvidenceTracker:
         mine.append((now, host))
         self._expire(mine, now)
         h = self._touch(self._hosts, host, _Host)
-        h.recent.append((now, endpoint))
+        h.recent.append((now, endpoint, object() if url is None else url))
         self._expire(h.recent, now)
-        if len({k for _, k in h.recent}) >= self.host_endpoints:
-            # Several endpoints failed for the host: the host, not the pool.
+        fresh = {u for _, _, u in h.recent if u not in h.counted}
+        if len({k for _, k, _ in h.recent}) >= self.host_endpoints and len(fresh) >= self.host_endpoints:
+            # Several endpoints failed for the host, on several URLs: the host, not the pool.
             h.recent.clear()
+            for u in fresh:
+                h.counted[u] = None
+            while len(h.counted) > self.max_keys:
+                h.counted.popitem(last=False)
             h.strikes += 1
             for key in [k for k in self._pairs if k[1] == host]:
                 del self._pairs[key]
@@ -223,7 +232,7 @@ class EvidenceTracker:
             h = self._touch(self._hosts, host, _Host)
         h.last_ok, h.last_ok_endpoint, h.strikes = self._clock(), endpoint, 0
 
-    def _expire(self, records: deque[tuple[float, str]], now: float) -> None:
+    def _expire(self, records: deque, now: float) -> None:  # type: ignore[type-arg]
         while records and records[0][0] < now - self.window:
             records.popleft()
 

@@ -377,7 +377,7 @@ class PoliteProxyMiddleware:
             self._endpoint_failed(lease, failure.reason)
             return self._requeue(request, "proxy", lease, exception=exception)
         if failure.kind == failures.AMBIGUOUS:
-            self._unanswered(lease, failure.reason)
+            self._unanswered(lease, failure.reason, request.url)
             return self._requeue(request, "timeout", lease, exception=exception)
         self._record(request, lease, exception=exception)
         return None
@@ -408,9 +408,9 @@ class PoliteProxyMiddleware:
                 endpoint=lease.endpoint.label, state=state, reason=reason,
             )
 
-    def _unanswered(self, lease: Lease, reason: str) -> None:
+    def _unanswered(self, lease: Lease, reason: str, url: str) -> None:
         """A timeout or a broken answer: blame whom the evidence points at, not the proxy by default."""
-        verdict = self.evidence.failure(lease.endpoint.key, lease.host)
+        verdict = self.evidence.failure(lease.endpoint.key, lease.host, url)
         self.stats.inc_value(f"polite/blame/{verdict.blame}")
         if verdict.blame == failures.ENDPOINT:
             self._endpoint_failed(lease, f"{reason}; its unclear failures point at the proxy")

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from conftest import CrawlResult, crawl
 from logcheck import ITEM_RE, items_fetched
@@ -66,7 +67,7 @@ def assert_pages_accounted(
 ) -> None:
     """Each item page was answered 200 exactly once, or its request was given up with a reason."""
     fetched = items_fetched(log, site)
-    given_up = {int(m.group(1)) for url, _ in run.gave_up if (m := ITEM_RE.search(url.split("?")[0]))}
+    given_up = {int(m.group(1)) for url, _ in run.gave_up if (m := ITEM_RE.match(urlsplit(url).path))}
     twice = sorted(i for i, n in fetched.items() if n > 1)
     missing = sorted(i for i in pages if i not in fetched and i not in given_up)
     assert not twice, f"pages fetched more than once: {twice}"

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-FAILURE_MODES = ("die", "hang", "refuse", "recover")
+#: ``deny`` answers 407 to every request (CONNECT too); ``connect429`` answers a CONNECT with 429.
+FAILURE_MODES = ("die", "hang", "refuse", "recover", "deny", "connect429")
 RETRY_AFTER_FORMS = ("seconds", "date", "garbage", "none")
 
 
@@ -48,6 +49,9 @@ class SiteConfig:
     pages: int = 100
     per_list: int = 20
     tls: bool = False
+    #: Item pages that never answer: the connection is held until the client drops
+    #: it or the sandbox stops (``max_runtime``).
+    hang_items: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.retry_after_form not in RETRY_AFTER_FORMS:
@@ -80,6 +84,8 @@ class ProxyConfig:
     proxy_rate: float | None = None
     proxy_burst: int = 1
     address: str = "127.0.0.1"
+    #: Fixed listening ports, by proxy index (0 or missing: a free one).
+    ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.auth is not None:
