@@ -111,11 +111,14 @@ async def test_a_hanging_proxy_gives_its_host_slot_back_within_the_stall_timeout
     stalls = [_log_time(m.group(1)) for line in run.log_text.splitlines()
               if (m := _STALLED.match(line)) and m.group(2).endswith(f":{hung}")]
     assert stalls and run.stats["polite/stalled"] >= len(stalls)
-    # While the hanging proxy still held its request, the host had both its slots for the others:
-    # it was given back at the stall timeout, not at the download timeout 3.5 s later.
-    for at in stalls:
-        during = [e for e in log if at <= e["t_start"] <= at + 3.0]
-        assert during and max(e["inflight_host"] for e in during) == 2, (at, during)
+    # While the hanging proxy still held its request (and the crawl had other pages to send), the
+    # host had both its slots for the others: given back at the stall timeout, not at the download
+    # timeout 3.5 s later.
+    windows = [[e for e in log if at <= e["t_start"] <= at + 3.0] for at in stalls]
+    busy = [during for during in windows if len(during) >= 3]
+    assert busy, stalls
+    for during in busy:
+        assert max(e["inflight_host"] for e in during) == 2, during
     assert_no_traceback(run.log_text)
 
 
