@@ -174,12 +174,8 @@ class EvidenceTracker:
         max_keys: int = 10_000,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self.window = window
-        self.host_endpoints = host_endpoints
-        self.endpoint_hosts = endpoint_hosts
-        self.endpoint_streak = endpoint_streak
-        self.max_keys = max_keys
-        self._clock = clock or time.monotonic
+        self.window, self.max_keys, self._clock = window, max_keys, clock or time.monotonic
+        self.host_endpoints, self.endpoint_hosts, self.endpoint_streak = host_endpoints, endpoint_hosts, endpoint_streak
         self._pairs: OrderedDict[tuple[str, str], _Pair] = OrderedDict()
         self._endpoints: OrderedDict[str, deque[tuple[float, str]]] = OrderedDict()
         self._hosts: OrderedDict[str, _Host] = OrderedDict()

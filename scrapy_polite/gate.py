@@ -432,12 +432,8 @@ class LocalGate:
         download timeout. Returns whether the slot was given back now.
         """
         self._stall_timers.pop(id(lease), None)
-        if lease.released or lease.stalled:
+        if not take_host_slot_back(lease, self._hosts):
             return False
-        lease.stalled = True
-        h = self._hosts.get(lease.host)
-        if h is not None:
-            h.inflight -= 1
         if self._on_stalled is not None:
             self._on_stalled(lease)
         self._kick()
@@ -632,6 +628,17 @@ class LocalGate:
         self._timer = None
         self._timer_at = float("inf")
         self._kick()
+
+
+def take_host_slot_back(lease: Lease, hosts: dict[str, HostState]) -> bool:
+    """Mark *lease* stalled and free its host slot in *hosts*; False if released or stalled already."""
+    if lease.released or lease.stalled:
+        return False
+    lease.stalled = True
+    h = hosts.get(lease.host)
+    if h is not None:
+        h.inflight -= 1
+    return True
 
 
 def _reactor_call_later(delay: float, func: Callable[[], None]) -> object:

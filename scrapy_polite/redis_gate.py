@@ -44,7 +44,7 @@ from twisted.internet.defer import Deferred
 from . import redis_scripts
 from .endpoints import Endpoint
 from .errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
-from .gate import EndpointState, HostState, Lease, SessionState
+from .gate import EndpointState, HostState, Lease, SessionState, take_host_slot_back
 from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
 
 logger = logging.getLogger(__name__)
@@ -486,12 +486,8 @@ class RedisGate:
         renewals leave it out from then on.
         """
         self._stall_timers.pop(lease.token, None)
-        if lease.released or lease.stalled:
+        if not take_host_slot_back(lease, self._hosts):
             return False
-        lease.stalled = True
-        h = self._hosts.get(lease.host)
-        if h is not None:
-            h.inflight -= 1
         args = [self.keys.prefix, lease.host, lease.token, self.lease_ttl]
 
         async def send() -> None:

@@ -41,6 +41,17 @@ def site(**kw) -> SiteConfig:
     return SiteConfig(**kw)
 
 
+def every_page_once(run, sb, pages: int) -> list[dict]:
+    """The crawl finished with every item page fetched exactly once and none given up; the site's log."""
+    log = sb.log()
+    assert run.stats["finish_reason"] == "finished"
+    assert_pages_accounted(run, log, range(1, pages + 1))
+    fetched = items_fetched(log)
+    assert sorted(fetched) == list(range(1, pages + 1)) and set(fetched.values()) == {1}
+    assert not run.gave_up
+    return log
+
+
 def dead_endpoints(run) -> int:
     return get_runtime(run.result.crawler).gate.health_counts()["dead"]
 
@@ -98,12 +109,7 @@ async def test_a_hanging_proxy_gives_its_host_slot_back_within_the_stall_timeout
         **settings, "POLITE_PROXIES": sb.proxy_urls, "DOWNLOAD_TIMEOUT": 4, "POLITE_STALL_TIMEOUT": 0.5,
         "POLITE_DELAY": (0.1, 0.2), "POLITE_ENDPOINT_BACKOFF": (0.5, 2), "CLOSESPIDER_TIMEOUT": 40,
     }, tmp_path / "crawl.log", start_url=sb.site_url("a"))
-    log = sb.log()
-    assert run.stats["finish_reason"] == "finished"
-    assert_pages_accounted(run, log, range(1, 31))
-    fetched = items_fetched(log)
-    assert sorted(fetched) == list(range(1, 31)) and set(fetched.values()) == {1}
-    assert not run.gave_up
+    log = every_page_once(run, sb, 30)
     # The rest of the pool carried the crawl; the hanging proxy never reached the site.
     assert {e["ip"] for e in log} == set(sb.proxy_exit_ips[1:])
     assert max_inflight_host(log, "a") <= 2
@@ -131,12 +137,7 @@ async def test_a_proxy_that_dies_and_comes_back_is_used_again(sandbox, tmp_path)
         "POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.2, 0.3), "POLITE_ENDPOINT_BACKOFF": (0.5, 1),
         "CLOSESPIDER_TIMEOUT": 40,
     }, tmp_path / "crawl.log", start_url=sb.site_url("a"))
-    log = sb.log()
-    assert run.stats["finish_reason"] == "finished"
-    assert_pages_accounted(run, log, range(1, 41))
-    fetched = items_fetched(log)
-    assert sorted(fetched) == list(range(1, 41)) and set(fetched.values()) == {1}
-    assert not run.gave_up
+    log = every_page_once(run, sb, 40)
     t0 = min(e["t_start"] for e in log)
     revived = sb.proxy_exit_ips[0]
     assert any(e["ip"] == revived and e["t_start"] < t0 + 1.0 for e in log)
