@@ -33,6 +33,8 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_SESSION_POLICY": "fail",
     "POLITE_SESSION_COOKIEJAR": True,
     "POLITE_PROXY_RETRY_TIMES": 5,
+    "POLITE_TIMEOUT_RETRY_TIMES": 2,
+    "POLITE_STALL_TIMEOUT": 30.0,
     "POLITE_ENDPOINT_BACKOFF": (2.0, 120.0),
     "POLITE_ENDPOINT_MAX_FAILURES": 5,
     "POLITE_BAN_CODES": [403],
@@ -134,6 +136,8 @@ class PoliteConfig:
     state_pin_ttl: float = PIN_TTL
     state_poll: float = 0.05
     state_outage_timeout: float = 300.0
+    timeout_retry_times: int = 2
+    stall_timeout: float = 30.0
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -200,6 +204,8 @@ class PoliteConfig:
             state_pin_ttl=r.float("POLITE_STATE_PIN_TTL", minimum=1.0),
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
+            timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
+            stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()

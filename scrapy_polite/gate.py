@@ -53,6 +53,8 @@ class Lease:
     #: host-wide ones by these.
     gap: float = math.inf
     slack: float = math.inf
+    #: The host slot was given back after the stall timeout; the endpoint stays held.
+    stalled: bool = False
 
 
 @dataclass(eq=False)
@@ -198,6 +200,8 @@ class LocalGate:
         on_session_repinned: Callable[[str, str | None, str], None] | None = None,
         on_all_unusable: Callable[[], None] | None = None,
         removal_grace: float = 0.0,
+        stall_timeout: float = 0.0,
+        on_stalled: Callable[[Lease], None] | None = None,
     ) -> None:
         self.host_concurrency = host_concurrency
         self.endpoint_concurrency = endpoint_concurrency
@@ -223,6 +227,9 @@ class LocalGate:
         self._close_error: type[Exception] = NoUsableEndpoints
         self._leases: dict[int, Lease] = {}
         self._removals = RemovalGrace(removal_grace)
+        self.stall_timeout = stall_timeout
+        self._on_stalled = on_stalled
+        self._stall_timers: dict[int, object] = {}
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -451,19 +458,37 @@ class LocalGate:
             return
         lease.released = True
         self._leases.pop(id(lease), None)
+        timer = self._stall_timers.pop(id(lease), None)
+        if timer is not None:
+            _cancel_timer(timer)
         st = self._endpoints.get(lease.endpoint.key)
         if st is not None:
             st.inflight -= 1
             if not st.removed and st.inflight < self.endpoint_concurrency:
                 self._idle[lease.endpoint.key] = None
         h = self._hosts.get(lease.host)
-        if h is not None:
+        if h is not None and not lease.stalled:
             h.inflight -= 1
         if lease.session is not None:
             s = self._sessions.get(lease.session)
             if s is not None:
                 s.busy = False
         self._kick()
+
+    def stall(self, lease: Lease) -> bool:
+        """Give *lease*'s host slot back, once; its endpoint stays held until release.
+
+        A request unanswered after the stall timeout is most likely stuck on a
+        hanging proxy: it must not keep other endpoints from the host until the
+        download timeout. Returns whether the slot was given back now.
+        """
+        self._stall_timers.pop(id(lease), None)
+        if not take_host_slot_back(lease, self._hosts):
+            return False
+        if self._on_stalled is not None:
+            self._on_stalled(lease)
+        self._kick()
+        return True
 
     # -- internals --------------------------------------------------------
 
@@ -648,6 +673,8 @@ class LocalGate:
         waiter.done = True
         lease = Lease(st.endpoint, waiter.host, waiter.session, now, now - waiter.created, gap=gap, slack=max(0.0, slack))
         self._leases[id(lease)] = lease
+        if self.stall_timeout > 0:
+            self._stall_timers[id(lease)] = self._call_later(self.stall_timeout, lambda: self.stall(lease))
         waiter.deferred.callback(lease)
 
     def _schedule(self, at: float) -> None:
@@ -669,6 +696,17 @@ def lost_message(session: str, label: str, why: str) -> str:
     """The SessionEndpointLost text for *session*, whose endpoint *label* died or was removed."""
     how = ", removed from the pool" if why == REMOVED else ""
     return f"session {session!r} lost its endpoint {label}{how} (POLITE_SESSION_POLICY='fail')"
+
+
+def take_host_slot_back(lease: Lease, hosts: dict[str, HostState]) -> bool:
+    """Mark *lease* stalled and free its host slot in *hosts*; False if released or stalled already."""
+    if lease.released or lease.stalled:
+        return False
+    lease.stalled = True
+    h = hosts.get(lease.host)
+    if h is not None:
+        h.inflight -= 1
+    return True
 
 
 def _reactor_call_later(delay: float, func: Callable[[], None]) -> object:

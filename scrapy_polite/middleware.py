@@ -17,20 +17,11 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-import scrapy.exceptions
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
-from twisted.internet.error import (
-    ConnectError,
-    ConnectionLost,
-    ConnectionRefusedError,
-    DNSLookupError,
-    TCPTimedOutError,
-    TimeoutError,
-)
-from twisted.web.client import ResponseNeverReceived
 
+from . import failures
 from . import signals as polite_signals
 from . import splash as splash_support
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
@@ -39,11 +30,6 @@ from .gate import Lease
 from .outcome import Outcome
 from .retry_after import parse_retry_after
 from .runtime import enabled_runtime
-
-try:  # Scrapy >= 2.13 keeps it here; the class moved between releases.
-    from scrapy.core.downloader.handlers.http11 import TunnelError
-except ImportError:  # pragma: no cover
-    TunnelError = None  # type: ignore[assignment,misc]
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -54,28 +40,6 @@ logger = logging.getLogger(__name__)
 
 LEASE_KEY = "_polite_lease"
 NOT_BEFORE_KEY = "_polite_not_before"
-#: Exceptions that say the proxy (not the target) failed.
-PROXY_ERRORS: tuple[type[BaseException], ...] = (
-    ConnectionRefusedError,
-    ConnectError,
-    TCPTimedOutError,
-    TimeoutError,
-    DNSLookupError,
-    ResponseNeverReceived,
-    ConnectionLost,
-) + ((TunnelError,) if TunnelError is not None else ())
-# Scrapy >= 2.14 wraps download errors in its own classes.
-PROXY_ERRORS += tuple(
-    cls
-    for name in (
-        "DownloadConnectionRefusedError",
-        "CannotResolveHostError",
-        "DownloadTimeoutError",
-        "DownloadFailedError",
-        "ResponseDataLossError",
-    )
-    if (cls := getattr(scrapy.exceptions, name, None)) is not None
-)
 
 
 def is_splash(request: Request) -> bool:
@@ -98,7 +62,11 @@ class PoliteProxyMiddleware:
         self._closing = False
         self._warned_https_exit_ip = False
         self._warned_exit_ip_headers: set[str] = set()
+        self.evidence = failures.EvidenceTracker(
+            window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
+        )
         rt.middleware = self
+        self.gate._on_stalled = self._stalled
         self.gate._on_all_unusable = self._all_unusable
         self.gate._on_session_repinned = self._session_repinned
         if hasattr(self.gate, "on_orphans"):
@@ -390,6 +358,7 @@ class PoliteProxyMiddleware:
                 self.gate.cool_endpoint(ep.key, lease.host, delay)
             return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=proxy_side)
         self.gate.endpoint_ok(ep.key)
+        self.evidence.success(ep.key, lease.host)
         if status in cfg.ban_codes and not proxy_side:
             self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
             self.stats.inc_value("polite/bans")
@@ -425,13 +394,17 @@ class PoliteProxyMiddleware:
             self.stats.inc_value("polite/splash_errors")
             self.stats.inc_value(f"polite/splash_errors/{type(exception).__name__}")
             return None
-        if TunnelError is not None and isinstance(exception, TunnelError) and "429" in str(exception):
+        failure = failures.classify(exception)
+        if failure.kind == failures.PROXY_RATE:
             delay = self._cooldown(None)
             self.gate.cool_endpoint(lease.endpoint.key, None, delay)
             return self._requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
-        if isinstance(exception, PROXY_ERRORS):
-            self._endpoint_failed(lease, type(exception).__name__)
+        if failure.kind == failures.PROXY:
+            self._endpoint_failed(lease, failure.reason)
             return self._requeue(request, "proxy", lease, exception=exception)
+        if failure.kind == failures.AMBIGUOUS:
+            self._unanswered(lease, failure.reason, request.url)
+            return self._requeue(request, "timeout", lease, exception=exception)
         self._record(request, lease, exception=exception)
         return None
 
@@ -461,6 +434,48 @@ class PoliteProxyMiddleware:
                 endpoint=lease.endpoint.label, state=state, reason=reason,
             )
 
+    def _unanswered(self, lease: Lease, reason: str, url: str) -> None:
+        """A timeout or a broken answer: blame whom the evidence points at, not the proxy by default."""
+        verdict = self.evidence.failure(lease.endpoint.key, lease.host, url)
+        self.stats.inc_value(f"polite/blame/{verdict.blame}")
+        if verdict.blame == failures.ENDPOINT:
+            self._endpoint_failed(lease, f"{reason}; its unclear failures point at the proxy")
+        elif verdict.blame == failures.HOST:
+            self._host_unanswered(lease.host, verdict.park, reason)
+        else:
+            base, cap = self.config.endpoint_backoff
+            seconds = min(cap, base * 2 ** (verdict.streak - 1))
+            # Benched for this host only (as a ban is): no rate signal, the other hosts unaffected.
+            self.gate.ban_endpoint(lease.endpoint.key, lease.host, seconds)
+            logger.debug(
+                "scrapy-polite: %s via %s: %s (%d in a row for this pair); that pair rests %.1f s",
+                lease.host, lease.endpoint.label, reason, verdict.streak, seconds,
+            )
+
+    def _host_unanswered(self, host: str, park: bool, reason: str) -> None:
+        """Several endpoints got no answer from *host*: slow the host down, or park it; the pool is fine."""
+        throttle = self.runtime.throttle
+        if throttle is not None:
+            done = throttle.unanswered(host, park)
+        else:
+            seconds = self.config.park_time[0]
+            self.gate.pause_host(host, seconds)
+            done = f"paused {seconds:.0f} s"
+        self.stats.inc_value("polite/hosts_parked" if park else "polite/hosts_slowed")
+        logger.warning(
+            "scrapy-polite: %s gave no answer (%s) to %d endpoints within %.0f s; the host is blamed, "
+            "not the proxies: %s",
+            host, reason, self.config.host_pause_endpoints, self.config.host_pause_window, done or "already slowed",
+        )
+
+    def _stalled(self, lease: Lease) -> None:
+        self.stats.inc_value("polite/stalled")
+        logger.info(
+            "scrapy-polite: no answer via %s for %s after %.1f s: its host slot is free again, "
+            "the endpoint stays busy until the answer or the download timeout",
+            lease.endpoint.label, lease.host, self.config.stall_timeout,
+        )
+
     def _requeue(
         self,
         request: Request,
@@ -483,6 +498,7 @@ class PoliteProxyMiddleware:
             "rate": self.config.rate_retry_times,
             "proxy": self.config.proxy_retry_times,
             "ban": min(2, self.config.proxy_retry_times),
+            "timeout": self.config.timeout_retry_times,
         }
         counter = f"polite_{kind}_retries"
         done = request.meta.get(counter, 0)
@@ -500,6 +516,8 @@ class PoliteProxyMiddleware:
             self._gave_up(request, kind, str(what))
             if response is not None:
                 return response
+            # Given up once: RetryMiddleware must not send it again on top of this budget.
+            request.meta["dont_retry"] = True
             return None
         # A processed Splash request names its proxy in the JSON body: start over from the original.
         new = splash_support.fresh_request(request) if is_splash(request) else None

@@ -54,6 +54,7 @@ from .gate import (
     SessionState,
     lost_message,
     revive_sessions,
+    take_host_slot_back,
 )
 from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
 
@@ -131,6 +132,8 @@ class RedisGate:
         removal_grace: float = 0.0,
         outage_timeout: float = 0.0,
         on_outage_timeout: Callable[[float], None] | None = None,
+        stall_timeout: float = 0.0,
+        on_stalled: Callable[[Lease], None] | None = None,
     ) -> None:
         self._redis = import_redis()
         # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
@@ -164,6 +167,9 @@ class RedisGate:
         self._hosts: dict[str, HostState] = {}
         self._sessions: dict[str, SessionState] = {}
         self._leases: dict[str, Lease] = {}
+        self.stall_timeout = stall_timeout
+        self._on_stalled = on_stalled
+        self._stall_timers: dict[str, asyncio.TimerHandle] = {}
         self._fleet_inflight: dict[str, int] = {}
         self._signals: dict[str, float] = {}
         # This process's own spacing per (endpoint key, host), kept locally too, so
@@ -265,7 +271,7 @@ class RedisGate:
         self._scripts = {
             name: self._client.register_script(getattr(redis_scripts, name.upper()))
             for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal")
+                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal", "stall")
         }
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
@@ -476,11 +482,14 @@ class RedisGate:
             return
         lease.released = True
         self._leases.pop(lease.token, None)
+        timer = self._stall_timers.pop(lease.token, None)
+        if timer is not None:
+            timer.cancel()
         st = self._endpoints.get(lease.endpoint.key)
         if st is not None:
             st.inflight -= 1
         h = self._hosts.get(lease.host)
-        if h is not None:
+        if h is not None and not lease.stalled:
             h.inflight -= 1
         if lease.session is not None:
             s = self._sessions.get(lease.session)
@@ -495,6 +504,28 @@ class RedisGate:
 
         self._op(send)
         self._kick()
+
+    def stall(self, lease: Lease) -> bool:
+        """Give *lease*'s host slot back, once and fleet-wide; its endpoint stays held.
+
+        The same decision as :meth:`LocalGate.stall <scrapy_polite.gate.LocalGate.stall>`:
+        the script takes the lease out of the host's set unless it was released, and
+        renewals leave it out from then on.
+        """
+        self._stall_timers.pop(lease.token, None)
+        if not take_host_slot_back(lease, self._hosts):
+            return False
+        args = [self.keys.prefix, lease.host, lease.token, self.lease_ttl]
+
+        async def send() -> None:
+            await self._scripts["stall"](args=args)
+            self._kick()
+
+        self._op(send)
+        if self._on_stalled is not None:
+            self._on_stalled(lease)
+        self._kick()
+        return True
 
     def _release_args(self, lease: Lease) -> list[Any]:
         ep_id = self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.ident))
@@ -711,6 +742,10 @@ class RedisGate:
         w.done = True
         lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack)
         self._leases[w.token] = lease
+        if self.stall_timeout > 0:
+            self._stall_timers[w.token] = asyncio.get_running_loop().call_later(
+                self.stall_timeout, self.stall, lease
+            )
         w.deferred.callback(lease)
 
     def _send_release(self, host: str, w: _Waiter, ep_id: str) -> None:
@@ -861,8 +896,9 @@ class RedisGate:
     async def _renew(self) -> None:
         args: list[Any] = [self.keys.prefix, self.lease_ttl, self.process_id, self._seen, self._longest_spacing()]
         for lease in self._leases.values():
+            # A stalled lease holds its endpoint only: no host to renew it for.
             args += [lease.token, self._ids.get(lease.endpoint.key, endpoint_id(lease.endpoint.ident)),
-                     lease.host, lease.session or ""]
+                     "" if lease.stalled else lease.host, lease.session or ""]
         seen, lapsed, beat = await self._scripts["renew"](args=args)
         self._seen = float(seen)
         lapsed, beat = int(lapsed), int(beat) if self._renewed else 0

@@ -229,7 +229,7 @@ return 1
 #: heartbeat lasts three TTLs: sweeping a live process orphans its URLs for
 #: good, while a lapsed lease is simply re-asserted.
 #: ARGV: prefix, ttl, process id, last heard from Redis, longest spacing, then
-#: (token, endpoint id, host, session) x n.
+#: (token, endpoint id, host (empty once stalled), session) x n.
 #: Returns {now, leases that had lapsed, 1 if the heartbeat had lapsed}.
 RENEW = _PRELUDE + """
 local p, ttl, proc = ARGV[1], tonumber(ARGV[2]), ARGV[3]
@@ -249,8 +249,10 @@ for i = 6, #ARGV, 4 do
     if not score or score <= now then lapsed = lapsed + 1 end
     redis.call('ZADD', p .. 'el:' .. id, expires, token)
     keep(p .. 'el:' .. id, ttl * 2)
-    redis.call('ZADD', p .. 'hl:' .. host, expires, token)
-    keep(p .. 'hl:' .. host, ttl * 2)
+    if host ~= '' and redis.call('EXISTS', p .. 'stl:' .. token) == 0 then
+      redis.call('ZADD', p .. 'hl:' .. host, expires, token)
+      keep(p .. 'hl:' .. host, ttl * 2)
+    end
     if session ~= '' then
       local holder = redis.call('GET', p .. 'sl:' .. session)
       if holder == token or not holder then
@@ -260,6 +262,16 @@ for i = 6, #ARGV, 4 do
   end
 end
 return {tostring(now), lapsed, (beat and beat > now) and 0 or 1}
+"""
+
+#: A lease stalled: its host slot goes back, its endpoint stays held. A ``stl:<token>``
+#: marker keeps a renewal already on its way from adding the lease back to the host.
+#: A released lease is left alone. ARGV: prefix, host, token, ttl. Returns 1 if the slot went back.
+STALL = """
+local p, host, token = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('EXISTS', p .. 'rel:' .. token) == 1 then return 0 end
+redis.call('SET', p .. 'stl:' .. token, '1', 'PX', math.ceil(tonumber(ARGV[4]) * 2000))
+return redis.call('ZREM', p .. 'hl:' .. host, token)
 """
 
 #: A process leaves cleanly: nothing it held is orphaned, and the last one to

@@ -46,6 +46,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         "session_policy": cfg.session_policy,
         # Two file checks: a file caught mid-rewrite is read whole at the next one.
         "removal_grace": 2 * cfg.proxies_file_check_interval if cfg.proxies_file else 0.0,
+        "stall_timeout": cfg.stall_timeout,
     }
     if cfg.state == "memory":
         from .gate import LocalGate

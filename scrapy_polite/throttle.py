@@ -232,6 +232,33 @@ class ThrottlePolicy:
         if changes:
             self.notify(host, old, self._snapshot(host), "; ".join(changes))
 
+    def unanswered(self, host: str, park: bool) -> str:
+        """Several endpoints got no answer from *host*: slow it down, or park it.
+
+        Slowing is one concurrency decrease per recovery window (as for a burst of
+        429s); a host that answered nothing since it was last blamed is parked for
+        the doubling ``POLITE_PARK_TIME``. Returns what changed.
+        """
+        cfg, gate, now = self.config, self.gate, self.clock()
+        p = self._policy(host)
+        old = self._snapshot(host)
+        h = gate.host(host)
+        p.last_change = now  # no clean-window step back up right after
+        changes: list[str] = []
+        if park:
+            p.parks += 1
+            low, high = cfg.park_time
+            seconds = min(high, low * 2 ** (p.parks - 1))
+            gate.pause_host(host, seconds)
+            changes.append(f"parked {seconds:.0f} s (park #{p.parks})")
+        elif now - p.last_decrease >= max(1.0, cfg.recovery_window) and h.limit > 1:
+            p.last_decrease = now
+            gate.set_host_limit(host, max(1, int(h.limit * cfg.backoff_factor)))
+            changes.append(f"concurrency {old['concurrency']} -> {h.limit}")
+        if changes:
+            self.notify(host, old, self._snapshot(host), "; ".join(["no answer via several endpoints", *changes]))
+        return "; ".join(changes)
+
     # -- bookkeeping ----------------------------------------------------------
 
     def _policy(self, host: str) -> _HostPolicy:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -101,3 +102,8 @@ class TokenBucket:
             self.take()
             return True
         return False
+
+
+def peer_gone(reader: asyncio.StreamReader) -> bool:
+    """Whether the other end closed (FIN) or reset (RST) the connection *reader* reads."""
+    return reader.at_eof() or reader.exception() is not None

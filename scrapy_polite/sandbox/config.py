@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-FAILURE_MODES = ("die", "hang", "refuse", "recover")
+#: ``deny`` answers 407 to every request (CONNECT too); ``connect429`` answers a CONNECT with 429.
+FAILURE_MODES = ("die", "hang", "refuse", "recover", "deny", "connect429")
 #: ``Retry-After`` values a site sends as they are, by form: none of them is a wait a client can use.
 LITERAL_RETRY_AFTER = {
     "garbage": "soon",
@@ -59,6 +60,9 @@ class SiteConfig:
     tls: bool = False
     #: ``[name, value]`` header lines added to every answer (a site-sent ``X-Exit-IP``, say); UTF-8 on the wire.
     extra_headers: list[list[str]] = field(default_factory=list)
+    #: Item pages that never answer: the connection is held until the client drops
+    #: it or the sandbox stops (``max_runtime``).
+    hang_items: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.extra_headers = [[str(name), str(value)] for name, value in self.extra_headers]
@@ -95,6 +99,8 @@ class ProxyConfig:
     proxy_rate: float | None = None
     proxy_burst: int = 1
     address: str = "127.0.0.1"
+    #: Fixed listening ports, by proxy index (0 or missing: a free one).
+    ports: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.auth is not None:

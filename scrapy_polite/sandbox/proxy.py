@@ -17,7 +17,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from .common import JsonlLog, TokenBucket
+from .common import JsonlLog, TokenBucket, peer_gone
 from .config import ProxyConfig
 from .http import HOP_BY_HOP, Headers, HttpError, Request, build_response, read_response, serve_requests
 
@@ -143,8 +143,11 @@ class ProxyServer:
         self._upstream.abort_all()
 
     async def set_mode(self, mode: str) -> None:
-        """Apply ``die`` / ``hang`` / ``refuse`` / ``recover``."""
-        if mode == "refuse":
+        """Apply ``die`` / ``hang`` / ``refuse`` / ``recover`` / ``deny`` / ``connect429``."""
+        if mode in ("deny", "connect429"):
+            if self._server is None:
+                await self.start()
+        elif mode == "refuse":
             self._stop_listening()
         elif mode == "die":
             self._stop_listening()
@@ -192,7 +195,7 @@ class ProxyServer:
             if req.method == "CONNECT":
                 await self._connect(req, reader, writer)
                 return False
-            return await self._forward(req, writer)
+            return await self._forward(req, writer, reader)
 
         try:
             await serve_requests(reader, writer, handle)
@@ -245,7 +248,7 @@ class ProxyServer:
     async def _preflight(self, req: Request, writer: asyncio.StreamWriter) -> tuple[str, str | None] | None:
         """Auth and proxy-side rate limit; answers and returns ``None`` on refusal."""
         keep = req.keep_alive and req.method != "CONNECT"
-        if not self.check_auth(req):
+        if self.mode == "deny" or not self.check_auth(req):
             await self._reply(
                 writer,
                 req,
@@ -258,7 +261,7 @@ class ProxyServer:
             )
             return None
         exit_ip, session = self.choose_exit(req)
-        if not self._rate_ok(exit_ip):
+        if not self._rate_ok(exit_ip) or (self.mode == "connect429" and req.method == "CONNECT"):
             await self._reply(
                 writer,
                 req,
@@ -344,7 +347,9 @@ class ProxyServer:
         for t in pending:
             t.cancel()
 
-    async def _forward(self, req: Request, writer: asyncio.StreamWriter) -> bool:
+    async def _forward(
+        self, req: Request, writer: asyncio.StreamWriter, reader: asyncio.StreamReader | None = None
+    ) -> bool:
         keep = req.keep_alive
         chosen = await self._preflight(req, writer)
         if chosen is None:
@@ -399,7 +404,11 @@ class ProxyServer:
             try:
                 up_w.write(wire)
                 await up_w.drain()
-                resp = await read_response(up_r, req.method, RESPONSE_TIMEOUT)
+                resp = await self._read_unless_gone(up_r, req.method, reader)
+                if resp is None:
+                    # The client left (its own timeout): drop the upstream request too, as real proxies do.
+                    self._upstream.discard(up_w)
+                    return False
                 break
             except (ConnectionError, asyncio.IncompleteReadError) as exc:
                 self._upstream.discard(up_w)
@@ -457,6 +466,19 @@ class ProxyServer:
         await writer.drain()
         self._write_log(req, exit_ip, resp.status, session)
         return keep
+
+
+    async def _read_unless_gone(
+        self, up_r: asyncio.StreamReader, method: str, client: asyncio.StreamReader | None
+    ) -> Any:
+        """The upstream response, or ``None`` once the client has closed its connection."""
+        answer = asyncio.ensure_future(read_response(up_r, method, RESPONSE_TIMEOUT))
+        while client is not None and not answer.done():
+            if peer_gone(client):
+                answer.cancel()
+                return None
+            await asyncio.wait({answer}, timeout=0.05)
+        return await answer
 
 
 class GatewayServer(ProxyServer):

@@ -57,12 +57,14 @@ class SandboxServer:
         for i, sc in enumerate(self.config.sites):
             address = sc.address or f"127.0.1.{i + 1}"
             ctx = self._tls_context(sc.name, address) if sc.tls else None
-            site = Site(sc, address, self.access_log, self.started, random.Random(self.rng.random()), ctx)
+            site = Site(sc, address, self.access_log, self.started, random.Random(self.rng.random()), ctx,
+                        deadline=self.deadline)
             await site.start()
             self.sites[sc.name] = site
         pc = self.config.proxies
         for i in range(pc.count):
             p = ProxyServer(pc, i, nth_address(pc.first_source, i), self.proxy_log, self.deadline)
+            p.port = pc.ports[i] if i < len(pc.ports) else 0
             await p.start()
             self.proxies.append(p)
         if pc.gateway:

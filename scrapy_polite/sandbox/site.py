@@ -20,7 +20,7 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .common import JsonlLog, TokenBucket
+from .common import JsonlLog, TokenBucket, peer_gone
 from .config import LITERAL_RETRY_AFTER, SiteConfig
 from .http import Headers, Request, build_response, http_date, serve_requests
 
@@ -56,8 +56,10 @@ class Site:
         started: float,
         rng: random.Random,
         ssl_context: ssl.SSLContext | None = None,
+        deadline: float = math.inf,
     ) -> None:
         self.config = config
+        self.deadline = deadline
         self.name = config.name
         self.address = address
         self.port = 0
@@ -134,7 +136,7 @@ class Site:
         ip = peer[0] if peer else "?"
         self._conns.add(writer)
         try:
-            await serve_requests(reader, writer, lambda req: self._serve(req, ip, writer))
+            await serve_requests(reader, writer, lambda req: self._serve(req, ip, writer, reader))
         finally:
             self._conns.discard(writer)
 
@@ -197,7 +199,9 @@ class Site:
             return [("Retry-After", str(int(ra)) if ra.is_integer() else f"{ra:g}")]
         return _literal_retry_after(cfg.retry_after_form)
 
-    async def _serve(self, req: Request, ip: str, writer: asyncio.StreamWriter) -> bool:
+    async def _serve(
+        self, req: Request, ip: str, writer: asyncio.StreamWriter, reader: asyncio.StreamReader | None = None
+    ) -> bool:
         t_start = time.time()
         now = time.monotonic()
         st = self._ip(ip)
@@ -214,6 +218,9 @@ class Site:
         try:
             if urlsplit(path).path != "/robots.txt":
                 reply = self._limit(req, st, now)
+            if reply is None and self._hangs(path):
+                await self._hang(reader, writer)
+                return False
             if reply is None:
                 reply = self._route(req, path, ip, sid)
             lo, hi = self.config.latency
@@ -255,6 +262,20 @@ class Site:
                 }
             )
         return keep
+
+    def _hangs(self, path: str) -> bool:
+        p = urlsplit(path).path
+        return p.startswith("/item/") and _int(p[6:]) in self.config.hang_items
+
+    async def _hang(self, reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter) -> None:
+        """Never answer: hold the connection until the client drops it or the sandbox stops.
+
+        The access log gets the request with status 0 when it ends.
+        """
+        while time.monotonic() < self.deadline and not writer.is_closing():
+            if reader is not None and peer_gone(reader):
+                break
+            await asyncio.sleep(0.05)
 
     def _route(self, req: Request, path: str, ip: str, sid: str | None) -> _Reply:
         split = urlsplit(path)
