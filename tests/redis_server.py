@@ -58,6 +58,22 @@ class RedisServer:
                 time.sleep(0.05)
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
+    async def outage(self, after: float, length: float, kill: bool = False) -> tuple[float, float]:
+        """On the running reactor: wait *after* s, stop (or SIGKILL) the server for *length* s, restart it.
+
+        Returns the wall times it went down and came back. Either way every key is lost.
+        """
+        from twisted.internet import reactor
+        from twisted.internet.task import deferLater
+
+        await deferLater(reactor, after, lambda: None)
+        self.kill() if kill else self.stop()
+        down = time.time()
+        await deferLater(reactor, length, lambda: None)
+        up = time.time()
+        self.start()
+        return down, up
+
     def kill(self) -> None:
         """SIGKILL: the server dies without a clean shutdown, and every key with it."""
         if self.proc is not None and self.proc.poll() is None:

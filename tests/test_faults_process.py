@@ -95,9 +95,7 @@ def test_sigterm_with_jobdir_then_resume_fetches_every_page_once(sandbox, tmp_pa
 @pytest.mark.once
 @pytest_twisted.ensureDeferred
 async def test_redis_killed_and_restarted_mid_crawl_loses_nothing(sandbox, redis_server, tmp_path) -> None:
-    from twisted.internet import reactor
     from twisted.internet.defer import ensureDeferred
-    from twisted.internet.task import deferLater
 
     pages = 40
     sb = auth_sandbox(sandbox, pages, count=6)
@@ -107,12 +105,7 @@ async def test_redis_killed_and_restarted_mid_crawl_loses_nothing(sandbox, redis
          "POLITE_STATS_JSONL": str(tmp_path / "attempts.jsonl")},
         tmp_path / "crawl.log", start_url=sb.site_url("a"),
     ))
-    await deferLater(reactor, 2.0, lambda: None)
-    redis_server.kill()  # SIGKILL: no clean shutdown, every key lost
-    down = time.time()
-    await deferLater(reactor, 2.5, lambda: None)
-    up = time.time()
-    redis_server.start()
+    down, up = await redis_server.outage(2.0, 2.5, kill=True)  # SIGKILL: no clean shutdown
     run = await running
     log = sb.log()
     assert run.stats["finish_reason"] == "finished"

@@ -296,9 +296,7 @@ async def test_unreachable_redis_stops_the_crawl_at_start_up(sandbox) -> None:
 @pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redis_server, caplog) -> None:
-    from twisted.internet import reactor
     from twisted.internet.defer import ensureDeferred
-    from twisted.internet.task import deferLater
 
     sb = sandbox(SandboxConfig(sites=[site(pages=60, per_ip_max_inflight=1)], proxies=ProxyConfig(count=8)))
     running = ensureDeferred(crawl(
@@ -306,12 +304,7 @@ async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redi
                           "POLITE_DELAY": (0.6, 0.8)},
         start_url=sb.site_url("a"),
     ))
-    await deferLater(reactor, 2.0, lambda: None)
-    redis_server.stop()  # a server restart that loses every key
-    down = time.time()
-    await deferLater(reactor, 3.0, lambda: None)
-    up = time.time()
-    redis_server.start()
+    down, up = await redis_server.outage(2.0, 3.0)  # a server restart that loses every key
     result = await running
     log = sb.log()
     assert sorted(items_fetched(log)) == list(range(1, 61)) and len(result.items) == 60
