@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 ITEM_RE = re.compile(r"^/item/(\d+)$")
@@ -16,6 +17,21 @@ def items_fetched(log: list[dict[str, Any]], site: str | None = None) -> Counter
         for e in log
         if e["status"] == 200 and (site is None or e["site"] == site) and (m := ITEM_RE.match(e["path"]))
     )
+
+
+def refetched(log: list[dict[str, Any]], site: str | None = None, undelivered_ips: Iterable[str] = ()) -> list[int]:
+    """Item pages answered 200 more than once.
+
+    A page whose every earlier answer went out through an IP in *undelivered_ips* is left out: that
+    proxy died (or was cut off) while relaying, so the crawler may never have had the answer and
+    had to fetch it again.
+    """
+    answers: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_end"]):
+        if e["status"] == 200 and (site is None or e["site"] == site) and (m := ITEM_RE.match(e["path"])):
+            answers[int(m.group(1))].append(e)
+    lost = set(undelivered_ips)
+    return sorted(i for i, es in answers.items() if len(es) > 1 and not all(e["ip"] in lost for e in es[:-1]))
 
 
 def max_inflight_per_ip(log: list[dict[str, Any]], site: str | None = None) -> int:

@@ -101,6 +101,7 @@ async def test_proxy_side_429_cools_the_endpoint_not_the_host(sandbox) -> None:
     assert_nothing_lost(log, 20, result)
 
 
+@pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_robots_crawl_delay_is_minimum_spacing(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=6, robots_crawl_delay=2)], proxies=ProxyConfig(count=3)))
