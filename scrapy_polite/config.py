@@ -55,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_LEASE_TIMEOUT": None,
     "POLITE_STATS_JSONL": None,
     "POLITE_STATS_JSONL_MAX_BYTES": 100 * 1024 * 1024,
+    "POLITE_REPORT_HTML": None,
     "POLITE_STATS_WINDOW": 60.0,
     "POLITE_LOG_INTERVAL": 60.0,
     "POLITE_PROMETHEUS_PORT": None,
@@ -134,6 +135,7 @@ class PoliteConfig:
     state_pin_ttl: float = PIN_TTL
     state_poll: float = 0.05
     state_outage_timeout: float = 300.0
+    report_html: str | None = None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -200,6 +202,7 @@ class PoliteConfig:
             state_pin_ttl=r.float("POLITE_STATE_PIN_TTL", minimum=1.0),
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
+            report_html=r.report_html(),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -363,6 +366,14 @@ class _Reader:
         if not codes:
             raise PoliteConfigError(name, self.raw(name), "at least one HTTP status (e.g. [429])")
         return codes
+
+    def report_html(self) -> str | None:
+        """``POLITE_REPORT_HTML``: the report is written from the run's JSONL, so it needs one."""
+        name = "POLITE_REPORT_HTML"
+        value = self.optional_str(name)
+        if value is not None and self.optional_str("POLITE_STATS_JSONL") is None:
+            raise PoliteConfigError(name, value, "a path, with POLITE_STATS_JSONL set: the report is read from it")
+        return value
 
     def range(self, name: str, positive: bool = False) -> tuple[float, float]:
         value = self.raw(name)
