@@ -106,8 +106,10 @@ def parse(html: str) -> Page:
     return page
 
 
-def rate_limited_site(**kw: Any) -> SiteConfig:
-    return SiteConfig(**{"name": "a", "latency": [0.01, 0.03], "strikes_to_block": None, **kw})
+def start_site(sandbox: Any, proxies: int, **site: Any) -> Any:
+    """A sandbox with site "a" (never blocking an IP) behind *proxies* proxies with exit IPs of their own."""
+    cfg = SiteConfig(**{"name": "a", "latency": [0.01, 0.03], "strikes_to_block": None, **site})
+    return sandbox(SandboxConfig(sites=[cfg], proxies=ProxyConfig(count=proxies, gateway=False)))
 
 
 # -- throttle events -----------------------------------------------------------------------------
@@ -116,8 +118,7 @@ def rate_limited_site(**kw: Any) -> SiteConfig:
 @pytest_twisted.ensureDeferred
 async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp_path: Path) -> None:
     # 2 req/s per IP against 3 endpoints spaced 0.3-0.35 s, all busy: the per-IP limit binds.
-    sb = sandbox(SandboxConfig(sites=[rate_limited_site(pages=40, per_ip_rate=2, retry_after=1)],
-                               proxies=ProxyConfig(count=3, gateway=False)))
+    sb = start_site(sandbox, 3, pages=40, per_ip_rate=2, retry_after=1)
     jsonl = tmp_path / "stats.jsonl"
     run = await fault_crawl(
         ItemSpider,
@@ -208,8 +209,7 @@ async def test_two_real_runs_compared_side_by_side(sandbox, tmp_path: Path) -> N
     # The same site crawled twice: tight spacing that draws 429s, then the spacing the site allows.
     runs = {}
     for name, delay in (("tight", (0.05, 0.1)), ("spaced", (0.55, 0.6))):
-        sb = sandbox(SandboxConfig(sites=[rate_limited_site(pages=16, per_ip_rate=2, retry_after=1)],
-                                   proxies=ProxyConfig(count=4, gateway=False)))
+        sb = start_site(sandbox, 4, pages=16, per_ip_rate=2, retry_after=1)
         jsonl = tmp_path / f"{name}.jsonl"
         await crawl(ItemSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": delay,
                                  "POLITE_HOST_CONCURRENCY": 4, "POLITE_STATS_JSONL": str(jsonl)},
@@ -251,8 +251,7 @@ async def test_two_real_runs_compared_side_by_side(sandbox, tmp_path: Path) -> N
 
 @pytest_twisted.ensureDeferred
 async def test_tables_show_the_top_hosts_and_endpoints_and_fold_the_rest(sandbox, tmp_path: Path) -> None:
-    sb = sandbox(SandboxConfig(sites=[SiteConfig(name="a", pages=40, latency=[0.005, 0.01])],
-                               proxies=ProxyConfig(count=6, gateway=False)))
+    sb = start_site(sandbox, 6, pages=40, latency=[0.005, 0.01])
     jsonl = tmp_path / "stats.jsonl"
     # 7 download slots, each a host of its own, with 36 pages: slots get 6, 5 or 5 pages each.
     await crawl(ItemSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.01, 0.02),
@@ -311,8 +310,7 @@ def test_report_memory_per_host_is_small() -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_report_html_setting_writes_the_report_at_close(sandbox, tmp_path: Path) -> None:
-    sb = sandbox(SandboxConfig(sites=[rate_limited_site(pages=12, per_ip_rate=3, retry_after=1)],
-                               proxies=ProxyConfig(count=3, gateway=False)))
+    sb = start_site(sandbox, 3, pages=12, per_ip_rate=3, retry_after=1)
     await crawl(ItemSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.05, 0.1),
                              "POLITE_STATS_JSONL": str(tmp_path / "%(name)s.jsonl"),
                              "POLITE_REPORT_HTML": str(tmp_path / "%(name)s-report.html")},
@@ -337,7 +335,7 @@ async def test_report_html_setting_writes_the_report_at_close(sandbox, tmp_path:
 async def test_report_html_is_validated_at_start_up(sandbox, tmp_path: Path, monkeypatch, settings: dict,
                                                     expected: str) -> None:
     monkeypatch.chdir(tmp_path)
-    sb = sandbox(SandboxConfig(sites=[SiteConfig(name="a", pages=2)], proxies=ProxyConfig(count=2)))
+    sb = start_site(sandbox, 2, pages=2)
     with pytest.raises(PoliteConfigError, match=expected):
         await crawl(ItemSpider, {"POLITE_PROXIES": sb.proxy_urls, **settings}, base=sb.site_url("a"), pages=2)
     assert sb.log() == [] and list(tmp_path.glob("*.html")) == []
