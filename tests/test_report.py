@@ -112,34 +112,14 @@ def start_site(sandbox: Any, proxies: int, **site: Any) -> Any:
     return sandbox(SandboxConfig(sites=[cfg], proxies=ProxyConfig(count=proxies, gateway=False)))
 
 
-# -- throttle events -----------------------------------------------------------------------------
+def assert_events_match_the_log(
+    log_text: str, events: list[dict[str, Any]], host: str, retry_after: float
+) -> dict[tuple[float, str], list[dict[str, Any]]]:
+    """One event per value each logged decision changed, in the same order, with the same numbers and evidence.
 
-
-@pytest_twisted.ensureDeferred
-async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp_path: Path) -> None:
-    # 2 req/s per IP against 3 endpoints spaced 0.3-0.35 s, all busy: the per-IP limit binds.
-    sb = start_site(sandbox, 3, pages=40, per_ip_rate=2, retry_after=1)
-    jsonl = tmp_path / "stats.jsonl"
-    run = await fault_crawl(
-        ItemSpider,
-        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.3, 0.35), "POLITE_HOST_CONCURRENCY": 4,
-         "POLITE_RECOVERY_WINDOW": 2, "POLITE_HOST_PAUSE_ENDPOINTS": 2, "POLITE_HOST_PAUSE_WINDOW": 2,
-         "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30},
-        tmp_path / "crawl.log", base=sb.site_url("a"), pages=30,
-    )
-    log = sb.log()
-    assert_no_traceback(run.log_text)
-    assert_pages_accounted(run, log, range(1, 31))
-    records, events = split_jsonl(jsonl)
-    host = "127.0.1.1"
-
-    # Attempt lines are what they were: one per request the site saw; readers of attempts skip events.
-    assert Counter(r["status"] for r in records) == statuses(log)
-    assert statuses(log)[429] > 0
-    assert build([jsonl]).records == len(log)
-
-    # One event per value each logged decision changed, in the same order, with the same numbers.
-    logged = decisions(run.log_text)
+    Returns the events by decision (time, reason); the ends of pauses, which are no decision, left out.
+    """
+    logged = decisions(log_text)
     assert logged and events
     groups: dict[tuple[float, str], list[dict[str, Any]]] = defaultdict(list)
     for e in events:
@@ -167,7 +147,37 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
             ev = group[0]["evidence"]
             assert ev["status"] == 429 and ev["blame"] in ("per-ip", "host")
             assert f"blamed on a {ev['blame']} limit" in line["reason"]
-            assert ev["retry_after"] == pytest.approx(1.0, abs=0.01)
+            assert ev["retry_after"] == pytest.approx(retry_after, abs=0.01)
+    return groups
+
+
+# -- throttle events -----------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp_path: Path) -> None:
+    # 2 req/s per IP against 3 endpoints spaced 0.3-0.35 s, all busy: the per-IP limit binds.
+    sb = start_site(sandbox, 3, pages=40, per_ip_rate=2, retry_after=1)
+    jsonl = tmp_path / "stats.jsonl"
+    run = await fault_crawl(
+        ItemSpider,
+        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.3, 0.35), "POLITE_HOST_CONCURRENCY": 4,
+         "POLITE_RECOVERY_WINDOW": 2, "POLITE_HOST_PAUSE_ENDPOINTS": 2, "POLITE_HOST_PAUSE_WINDOW": 2,
+         "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30},
+        tmp_path / "crawl.log", base=sb.site_url("a"), pages=30,
+    )
+    log = sb.log()
+    assert_no_traceback(run.log_text)
+    assert_pages_accounted(run, log, range(1, 31))
+    records, events = split_jsonl(jsonl)
+    host = "127.0.1.1"
+
+    # Attempt lines are what they were: one per request the site saw; readers of attempts skip events.
+    assert Counter(r["status"] for r in records) == statuses(log)
+    assert statuses(log)[429] > 0
+    assert build([jsonl]).records == len(log)
+
+    groups = assert_events_match_the_log(run.log_text, events, host, retry_after=1.0)
     blamed = Counter(g[0]["evidence"]["blame"] for (_, r), g in groups.items() if r.startswith("429 via"))
     assert blamed["per-ip"] > 0, blamed  # the per-IP limit bound and was found
     assert sum(blamed.values()) <= statuses(log)[429]
@@ -193,6 +203,45 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
         assert markers == sum(changed[c] for c in ("concurrency", "spacing", "host_rate"))
         assert page.in_figure[("fig-host-0", "rect.pause")] == changed["pause"]
         assert page.in_figure[("fig-host-0", "rect.rl")] > 0  # 429s/min beside the throttle's state
+
+
+@pytest_twisted.ensureDeferred
+async def test_host_wide_limit_pauses_and_resumes_as_events(sandbox, tmp_path: Path) -> None:
+    # 3 req/s for the whole host against 6 endpoints spaced 0.05-0.1 s: 429s from several endpoints at once.
+    sb = start_site(sandbox, 6, pages=20, host_rate=3, retry_after=1)
+    jsonl = tmp_path / "stats.jsonl"
+    run = await fault_crawl(
+        ItemSpider,
+        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.05, 0.1), "POLITE_HOST_CONCURRENCY": 4,
+         "POLITE_HOST_PAUSE_ENDPOINTS": 2, "POLITE_HOST_PAUSE_WINDOW": 2,
+         "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30},
+        tmp_path / "crawl.log", base=sb.site_url("a"), pages=10,
+    )
+    log = sb.log()
+    assert_no_traceback(run.log_text)
+    assert_pages_accounted(run, log, range(1, 11))
+    _, events = split_jsonl(jsonl)
+    host = "127.0.1.1"
+    groups = assert_events_match_the_log(run.log_text, events, host, retry_after=1.0)
+    blamed = Counter(g[0]["evidence"]["blame"] for (_, r), g in groups.items() if r.startswith("429 via"))
+    assert blamed["host"] > 0, blamed
+    assert any(e["change"] == "host_rate" for e in events)
+    pauses = [e for e in events if e["change"] == "pause"]
+    resumes = [e for e in events if e["change"] == "resume"]
+    assert pauses and "host-wide pause" in pauses[0]["reason"]
+    assert len(resumes) == run.log_text.count(f"scrapy-polite: {host} resumed after") >= 1
+    # A resume follows its pause when the pause is over. Meanwhile the site saw at most the requests
+    # granted before it (the host's concurrency; under load a granted download can start late).
+    before = max(e["from"] for e in events if e["change"] == "concurrency")
+    for r in resumes:
+        (p,) = [p for p in pauses if abs(p["time"] + p["to"] - r["time"]) < 0.15]
+        seen = [e for e in log if p["time"] + 0.02 < e["t_start"] < r["time"] - 0.02]
+        assert len(seen) <= before, (p, r, seen)
+    page = parse(render(build([jsonl])))
+    assert page.in_figure[("fig-host-0", "rect.pause")] == len(pauses)
+    (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 9 and r[1] == str(len(events))]
+    assert row[3] == str(blamed["host"]) and row[7] == str(len(pauses))
+    assert row[6].endswith("req/s") or row[6] == "unlimited"
 
 
 # -- two runs compared ---------------------------------------------------------------------------
