@@ -370,9 +370,10 @@ async def test_report_html_setting_writes_the_report_at_close(sandbox, tmp_path:
     ok = sum(e["status"] == 200 for e in log)
     assert f"<b>{ok}</b><span>successful pages</span>" in html
     assert f"<b>{len(log)}</b><span>attempts</span>" in html
+    # Written after the last line of the JSONL: every throttle event of the run is in it.
     _, events = split_jsonl(tmp_path / "items.jsonl")
-    if events:
-        assert f"{len(events)} throttle events" in html
+    assert events and f"{len(events)} throttle events" in html
+    assert 'id="fig-host-0"' in html
 
 
 @pytest.mark.parametrize(("settings", "expected"), [
