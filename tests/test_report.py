@@ -151,6 +151,21 @@ def assert_events_match_the_log(
     return groups
 
 
+async def throttled_crawl(sb: Any, jsonl: Path, pages: int, settings: dict[str, Any]) -> tuple[Any, list]:
+    """Pages 1..*pages* of site "a" at host concurrency 4, a host-wide pause after 2 endpoints' 429s
+    within 2 s; checked for tracebacks and lost pages. (The fault run, the site's access log.)"""
+    run = await fault_crawl(
+        ItemSpider,
+        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_HOST_CONCURRENCY": 4, "POLITE_HOST_PAUSE_ENDPOINTS": 2,
+         "POLITE_HOST_PAUSE_WINDOW": 2, "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30, **settings},
+        jsonl.parent / "crawl.log", base=sb.site_url("a"), pages=pages,
+    )
+    log = sb.log()
+    assert_no_traceback(run.log_text)
+    assert_pages_accounted(run, log, range(1, pages + 1))
+    return run, log
+
+
 # -- throttle events -----------------------------------------------------------------------------
 
 
@@ -159,16 +174,7 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
     # 2 req/s per IP against 3 endpoints spaced 0.3-0.35 s, all busy: the per-IP limit binds.
     sb = start_site(sandbox, 3, pages=40, per_ip_rate=2, retry_after=1)
     jsonl = tmp_path / "stats.jsonl"
-    run = await fault_crawl(
-        ItemSpider,
-        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.3, 0.35), "POLITE_HOST_CONCURRENCY": 4,
-         "POLITE_RECOVERY_WINDOW": 2, "POLITE_HOST_PAUSE_ENDPOINTS": 2, "POLITE_HOST_PAUSE_WINDOW": 2,
-         "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30},
-        tmp_path / "crawl.log", base=sb.site_url("a"), pages=30,
-    )
-    log = sb.log()
-    assert_no_traceback(run.log_text)
-    assert_pages_accounted(run, log, range(1, 31))
+    run, log = await throttled_crawl(sb, jsonl, 30, {"POLITE_DELAY": (0.3, 0.35), "POLITE_RECOVERY_WINDOW": 2})
     records, events = split_jsonl(jsonl)
     host = "127.0.1.1"
 
@@ -210,16 +216,7 @@ async def test_host_wide_limit_pauses_and_resumes_as_events(sandbox, tmp_path: P
     # 3 req/s for the whole host against 6 endpoints spaced 0.05-0.1 s: 429s from several endpoints at once.
     sb = start_site(sandbox, 6, pages=20, host_rate=3, retry_after=1)
     jsonl = tmp_path / "stats.jsonl"
-    run = await fault_crawl(
-        ItemSpider,
-        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.05, 0.1), "POLITE_HOST_CONCURRENCY": 4,
-         "POLITE_HOST_PAUSE_ENDPOINTS": 2, "POLITE_HOST_PAUSE_WINDOW": 2,
-         "POLITE_STATS_JSONL": str(jsonl), "CLOSESPIDER_TIMEOUT": 30},
-        tmp_path / "crawl.log", base=sb.site_url("a"), pages=10,
-    )
-    log = sb.log()
-    assert_no_traceback(run.log_text)
-    assert_pages_accounted(run, log, range(1, 11))
+    run, log = await throttled_crawl(sb, jsonl, 10, {"POLITE_DELAY": (0.05, 0.1)})
     _, events = split_jsonl(jsonl)
     host = "127.0.1.1"
     groups = assert_events_match_the_log(run.log_text, events, host, retry_after=1.0)
