@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_LEASE_TIMEOUT": None,
     "POLITE_STATS_JSONL": None,
     "POLITE_STATS_JSONL_MAX_BYTES": 100 * 1024 * 1024,
+    "POLITE_REPORT_HTML": None,
     "POLITE_STATS_WINDOW": 60.0,
     "POLITE_LOG_INTERVAL": 60.0,
     "POLITE_PROMETHEUS_PORT": None,
@@ -138,6 +139,7 @@ class PoliteConfig:
     state_outage_timeout: float = 300.0
     timeout_retry_times: int = 2
     stall_timeout: float = 30.0
+    report_html: str | None = None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -206,6 +208,7 @@ class PoliteConfig:
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
+            report_html=r.report_html(),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -369,6 +372,14 @@ class _Reader:
         if not codes:
             raise PoliteConfigError(name, self.raw(name), "at least one HTTP status (e.g. [429])")
         return codes
+
+    def report_html(self) -> str | None:
+        """``POLITE_REPORT_HTML``: the report is written from the run's JSONL, so it needs one."""
+        name = "POLITE_REPORT_HTML"
+        value = self.optional_str(name)
+        if value is not None and self.optional_str("POLITE_STATS_JSONL") is None:
+            raise PoliteConfigError(name, value, "a path, with POLITE_STATS_JSONL set: the report is read from it")
+        return value
 
     def range(self, name: str, positive: bool = False) -> tuple[float, float]:
         value = self.raw(name)

@@ -15,6 +15,7 @@ import json
 import math
 import sys
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -92,16 +93,155 @@ def _bump(counter: Counter[str], key: str, n: int = 1) -> None:
     counter[key if key in counter or len(counter) < _MAX_NAMES else OTHER] += n
 
 
+#: Per-host latencies: sparse log bins, this many per decade (2.3% wide), so a host
+#: costs what its latencies spread over, not a fixed HDR histogram (~100 KiB at 3 digits).
+_HOST_BINS_PER_DECADE = 100
+#: Per-host timeline buckets, and points kept per throttle series, before halving.
+_HOST_BUCKETS = 100
+_SERIES_POINTS = 120
+#: Pauses and parks kept one by one per host (the rest are only counted).
+_MAX_PAUSES = 100
+#: Rows of the host and endpoint tables (and host timelines) by default; the rest fold into OTHER.
+DEFAULT_TOP = 20
+#: Throttle values plotted per host, in lane order: (event change, lane title).
+THROTTLE_SERIES = (("concurrency", "concurrency"), ("spacing", "spacing (s)"), ("host_rate", "host rate (req/s)"))
+
+
+class _LogHist:
+    """Latencies (ms) in sparse log bins: percentiles to 2.3%, memory by spread."""
+
+    __slots__ = ("bins", "count")
+
+    def __init__(self) -> None:
+        self.bins: Counter[int] = Counter()
+        self.count = 0
+
+    def record(self, ms: int) -> None:
+        self.bins[int(math.floor(_HOST_BINS_PER_DECADE * math.log10(max(1, ms))))] += 1
+        self.count += 1
+
+    def merge(self, other: _LogHist) -> None:
+        self.bins.update(other.bins)
+        self.count += other.count
+
+    def percentile(self, p: float) -> float | None:
+        """Seconds; the top of the bin holding the value, as HdrHistogram reports."""
+        if not self.count:
+            return None
+        rank, seen = max(1, math.ceil(p / 100.0 * self.count)), 0
+        for b in sorted(self.bins):
+            seen += self.bins[b]
+            if seen >= rank:
+                return round(10 ** ((b + 1) / _HOST_BINS_PER_DECADE)) / 1000.0
+        return None  # pragma: no cover - the bins hold count values
+
+
+class _Series:
+    """A step series ``(time, value)`` in two float arrays, halved past ``_SERIES_POINTS`` (NaN: no value)."""
+
+    __slots__ = ("times", "values")
+
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.values = array("d")
+
+    def add(self, t: float, value: float | None) -> None:
+        self.times.append(t)
+        self.values.append(math.nan if value is None else float(value))
+        if len(self.times) > _SERIES_POINTS:
+            # Every other point goes, the last one stays: the shape and the final value survive.
+            keep = list(range(0, len(self.times) - 1, 2)) + [len(self.times) - 1]
+            self.times = array("d", (self.times[i] for i in keep))
+            self.values = array("d", (self.values[i] for i in keep))
+
+    def points(self) -> list[tuple[float, float | None]]:
+        return [(t, None if math.isnan(v) else v) for t, v in zip(self.times, self.values)]
+
+
+class _HostThrottle:
+    """What the throttle did to one host, from its ``"event": "throttle"`` lines."""
+
+    __slots__ = ("changes", "blame", "series", "start", "pauses", "pause_count", "last_decision")
+
+    def __init__(self) -> None:
+        self.changes: Counter[str] = Counter()
+        #: Rate signals behind the changes, by what they were blamed on (per-ip, host).
+        self.blame: Counter[str] = Counter()
+        self.series = {name: _Series() for name, _ in THROTTLE_SERIES}
+        #: Each series' value before its first change.
+        self.start: dict[str, float | None] = {}
+        #: (time, "pause" or "park", seconds held).
+        self.pauses: list[tuple[float, str, float]] = []
+        self.pause_count = 0
+        self.last_decision: tuple[float, str] | None = None
+
+    def add(self, rec: dict[str, Any]) -> None:
+        change = str(rec.get("change"))
+        t = float(rec["time"])
+        self.changes[change] += 1
+        if change in self.series:
+            before, after = _series_value(rec.get("from")), _series_value(rec.get("to"))
+            self.start.setdefault(change, before)
+            self.series[change].add(t, after)
+        elif change in ("pause", "park"):
+            self.pause_count += 1
+            held = rec.get("to")
+            if len(self.pauses) < _MAX_PAUSES and _number(held, 0.0, _MAX_SECONDS):
+                self.pauses.append((t, change, float(held)))
+
+    def final(self, name: str) -> float | None:
+        s = self.series[name]
+        if not len(s.times):
+            return self.start.get(name)
+        v = s.values[-1]
+        return None if math.isnan(v) else v
+
+    def lowest(self, name: str) -> float | None:
+        values = [v for v in (*self.series[name].values, self.start.get(name)) if v is not None and not math.isnan(v)]
+        return min(values, default=None)
+
+
+def _series_value(value: Any) -> float | None:
+    """A plotted value: a number, or a spacing band's lower end; ``None`` for "unlimited" or garbage."""
+    if isinstance(value, list) and value:
+        value = value[0]
+    return float(value) if _number(value, 0.0, _MAX_SECONDS) else None
+
+
 @dataclass
 class _Group:
     statuses: Counter[str] = field(default_factory=Counter)
     ok: int = 0
     rate_limited: int = 0
-    latency: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, 3_600_000, 3))
+    latency: _LogHist = field(default_factory=_LogHist)
+    #: Time bucket (``resolution`` seconds wide) -> [ok, rate-limited].
+    buckets: dict[int, list[int]] = field(default_factory=dict)
+    resolution: int = 1
+    throttle: _HostThrottle | None = None
 
     @property
     def total(self) -> int:
         return sum(self.statuses.values())
+
+    def add_time(self, t: float, ok: bool, limited: bool) -> None:
+        b = self.buckets.setdefault(int(t) // self.resolution, [0, 0])
+        b[0] += ok
+        b[1] += limited
+        while len(self.buckets) > _HOST_BUCKETS:
+            self.resolution *= 2
+            merged: dict[int, list[int]] = {}
+            for key, (k_ok, k_lim) in self.buckets.items():
+                m = merged.setdefault(key // 2, [0, 0])
+                m[0] += k_ok
+                m[1] += k_lim
+            self.buckets = merged
+
+    def merge(self, other: _Group) -> None:
+        """Counts and latencies of *other* into this one (the OTHER row)."""
+        self.statuses.update(other.statuses)
+        self.ok += other.ok
+        self.rate_limited += other.rate_limited
+        self.latency.merge(other.latency)
 
 
 class ReportData:
@@ -124,6 +264,10 @@ class ReportData:
         self.exit_ip_sources: Counter[str] = Counter()
         #: Lines that held no usable record, by reason.
         self.skipped: Counter[str] = Counter()
+        #: Throttle event lines read, and the times they span.
+        self.throttle_events = 0
+        self.e0 = math.inf
+        self.e1 = -math.inf
 
     def skipped_text(self) -> str:
         """``"3 lines skipped (2 not JSON, 1 bad time)"``, or ``""`` when none was."""
@@ -134,6 +278,10 @@ class ReportData:
         return f"{n} line{'s' if n != 1 else ''} skipped ({why})"
 
     def add(self, rec: dict[str, Any]) -> None:
+        if "event" in rec:
+            if rec["event"] == "throttle":
+                self.add_throttle(rec)
+            return  # other events: not attempts
         t = float(rec["time"])
         ok = is_success(rec)
         limited = bool(rec.get("rate_limited"))
@@ -148,18 +296,16 @@ class ReportData:
         b[2] += 1
         if len(self.buckets) > _MAX_TIME_BUCKETS:
             self._coarsen()
-        host = str(rec.get("host") or "?")
-        g = self.hosts.get(host)
-        if g is None:
-            g = self.hosts.setdefault(host if len(self.hosts) < _MAX_NAMES else OTHER, _Group())
+        g = self._host(str(rec.get("host") or "?"))
         g.statuses[label] += 1
         g.ok += ok
         g.rate_limited += limited
+        g.add_time(t, ok, limited)
         latency = rec.get("latency")
         if isinstance(latency, (int, float)):
             ms = min(3_600_000, max(1, int(latency * 1000)))
             self.latency.record_value(ms)
-            g.latency.record_value(ms)
+            g.latency.record(ms)
             self.latency_bins[int(math.floor(_BINS_PER_DECADE * math.log10(ms)))] += 1
         endpoint = rec.get("endpoint")
         if endpoint:
@@ -173,6 +319,44 @@ class ReportData:
         if rec.get("exit_ip"):
             _bump(self.exit_ips, str(rec["exit_ip"]))
         self.exit_ip_sources[str(rec.get("exit_ip_source") or "unknown")] += 1
+
+    def add_throttle(self, rec: dict[str, Any]) -> None:
+        """A throttle event line: what the throttle changed for its host, and on what evidence."""
+        self.throttle_events += 1
+        g = self._host(str(rec.get("host") or "?"))
+        if g.throttle is None:
+            g.throttle = _HostThrottle()
+        g.throttle.add(rec)
+        evidence = rec.get("evidence")
+        # The events of one decision share its time and reason: its signal counts once.
+        decision = (rec["time"], str(rec.get("reason")))
+        if isinstance(evidence, dict) and evidence.get("blame") in ("per-ip", "host") and (
+            decision != g.throttle.last_decision
+        ):
+            g.throttle.blame[evidence["blame"]] += 1
+        g.throttle.last_decision = decision
+        t = float(rec["time"])
+        self.e0, self.e1 = min(self.e0, t), max(self.e1, t)
+
+    def _host(self, host: str) -> _Group:
+        g = self.hosts.get(host)
+        if g is None:
+            g = self.hosts.setdefault(host if len(self.hosts) < _MAX_NAMES else OTHER, _Group())
+        return g
+
+    def top_hosts(self, n: int) -> tuple[list[tuple[str, _Group]], _Group | None, int]:
+        """The *n* hosts with the most attempts, the rest merged into one group, and how many were."""
+        ranked = sorted(self.hosts.items(), key=lambda kv: (-kv[1].total, kv[0]))
+        top, rest = ranked[:n], ranked[n:]
+        if not rest:
+            return top, None, 0
+        other = _Group()
+        for _, g in rest:
+            other.merge(g)
+        return top, other, len(rest)
+
+    def host_pages_per_min(self, g: _Group) -> float:
+        return g.ok * 60.0 / self.span if self.span > 0 else 0.0
 
     def _coarsen(self) -> None:
         self.resolution *= 2
@@ -399,9 +583,9 @@ def status_by_endpoint_svg(data: ReportData, max_rows: int = 40) -> str:
     rows = sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
     if len(rows) > max_rows:
         rest: Counter[str] = Counter()
-        for _, c in rows[max_rows - 1:]:
+        for _, c in rows[max_rows:]:
             rest.update(c)
-        rows = rows[: max_rows - 1] + [(f"{len(rows) - max_rows + 1} more endpoints", rest)]
+        rows = rows[:max_rows] + [(f"{len(rows) - max_rows} more endpoints", rest)]
     labels = _order({k for _, c in rows for k in c})
     name_w = min(360, max([60, *(7 * len(n) for n, _ in rows)]))
     W, T, row_h = 900, 36, 22
@@ -485,6 +669,9 @@ svg line.avg{stroke:#1a237e;stroke-dasharray:5 4}svg line.pct{stroke:#1a237e;str
 table{border-collapse:collapse;font-size:.9em;margin:8px 0}
 th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}
 th:first-child,td:first-child{text-align:left}th{background:#fafafa}
+.fold{color:#616161;font-size:.9em;margin:2px 0}td.better{color:#2e7d32}td.worse{color:#c62828}
+svg .okbar{fill:#2e7d32;opacity:.8}svg polyline.step{fill:none;stroke:#1a237e;stroke-width:1.5}
+svg circle.event{fill:#1a237e}svg .pause{fill:#42a5f5;opacity:.18}svg .park{fill:#e53935;opacity:.18}
 """
 
 
@@ -505,7 +692,114 @@ def _figure(fig_id: str, title: str, svg: str, caption: str) -> str:
             f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
-def render(data: ReportData, title: str = "scrapy-polite crawl report", sources: Iterable[str] = ()) -> str:
+def host_timeline_svg(data: ReportData, host: str, g: _Group) -> str:
+    """One host over the run: pages/min and 429s/min, then each throttle value as a step line, pauses shaded."""
+    W, L, R, T, lane_h, gap = 900, 120, 20, 24, 52, 14
+    lanes: list[tuple[str | None, str]] = [(None, "pages, 429s /min"), *THROTTLE_SERIES]
+    H = T + len(lanes) * (lane_h + gap) + 30
+    svg = _Svg(W, H, f"Throttle timeline of {host}")
+    t0 = min(data.t0, data.e0)
+    span = max(data.t1, data.e1) - t0
+    if not math.isfinite(span) or span <= 0:
+        span = 1.0
+    pw = W - L - R
+    unit, unit_name = (1.0, "seconds") if span < 120 else (60.0, "minutes")
+
+    def x(t: float) -> float:
+        return L + pw * min(1.0, max(0.0, (t - t0) / span))
+
+    th = g.throttle
+    # Pauses and parks, across every lane.
+    for start, kind, held in th.pauses if th else ():
+        x0, x1 = x(start), x(start + held)
+        svg.add(f'<rect class="{kind}" x="{x0:.1f}" y="{T}" width="{max(1.5, x1 - x0):.1f}" '
+                f'height="{len(lanes) * (lane_h + gap) - gap}"><title>{kind} {_num(held)} s at '
+                f"{_num((start - t0) / unit)} {unit_name}</title></rect>")
+    for i, (name, lane_title) in enumerate(lanes):
+        top = T + i * (lane_h + gap)
+        bottom = top + lane_h
+        svg.text(L - 8, top + lane_h / 2 + 4, lane_title, "end", "name")
+        svg.add(f'<line x1="{L}" x2="{W - R}" y1="{bottom}" y2="{bottom}" class="axis"/>')
+        if name is None:
+            width = g.resolution
+            rows = [(key * width, ok * 60.0 / width, lim * 60.0 / width) for key, (ok, lim) in g.buckets.items()]
+            ymax = max([1.0, *(max(o, r) for _, o, r in rows)])
+            bw = max(1.0, pw * width / span * 0.8)
+            for start, ok, lim in sorted(rows):
+                for cls, v in (("okbar", ok), ("rl", lim)):
+                    if v > 0:
+                        h = lane_h * v / ymax
+                        off = 0 if cls == "okbar" else bw / 2
+                        svg.add(f'<rect class="{cls}" x="{x(start) + off:.1f}" y="{bottom - h:.1f}" '
+                                f'width="{bw / 2:.1f}" height="{h:.1f}"><title>{_num(v)} '
+                                f'{"pages" if cls == "okbar" else "429s"}/min at {_num((start - t0) / unit)} '
+                                f"{unit_name}</title></rect>")
+            svg.text(L + 4, top + 10, f"max {_num(ymax)}/min", cls="tick")
+            continue
+        points = th.series[name].points() if th else []
+        first = th.start.get(name) if th else None
+        if not points:
+            svg.text(L + 4, top + lane_h / 2 + 4, "unchanged", cls="tick")
+            continue
+        values = [v for _, v in points if v is not None] + ([first] if first is not None else [])
+        vmax = max([*values, 1e-9]) * 1.15
+
+        def y(v: float | None, top: float = top, bottom: float = bottom, vmax: float = vmax) -> float:
+            return top if v is None else bottom - lane_h * v / vmax
+
+        steps = [(t0, first), *points, (t0 + span, points[-1][1])]
+        path = []
+        for (ta, va), (tb, _vb) in zip(steps, steps[1:]):
+            path += [f"{x(ta):.1f},{y(va):.1f}", f"{x(tb):.1f},{y(va):.1f}"]
+        svg.add(f'<polyline class="step" points="{" ".join(path)}"/>')
+        for t, v in points:
+            shown = "unlimited" if v is None else _num(v)
+            svg.add(f'<circle class="event" cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5"><title>{escape(name)} '
+                    f"{shown} at {_num((t - t0) / unit)} {unit_name}</title></circle>")
+        svg.text(W - R, top + 10, f"last {'unlimited' if points[-1][1] is None else _num(points[-1][1])}",
+                 "end", "tick")
+    bottom = T + len(lanes) * (lane_h + gap) - gap
+    for t in nice_ticks(0, span / unit, 8):
+        xt = x(t0 + t * unit)
+        svg.text(xt, bottom + 16, _num(t), "middle", "tick")
+    svg.text(L + pw / 2, H - 4, f"{unit_name} since start; shaded: pauses (blue) and parks (red)", "middle",
+             "label")
+    return svg.done()
+
+
+def _fold_line(folded: int, what: str) -> str:
+    if not folded:
+        return ""
+    return f'<p class="fold">{folded} more {what} folded into the {escape(OTHER)} row</p>'
+
+
+def _host_row(data: ReportData, host: str, g: _Group) -> list[Any]:
+    st = g.statuses
+    return [
+        host, g.total, g.ok, st.get("429", 0), st.get("403", 0), st.get("404", 0),
+        _sec(g.latency.percentile(50)), _sec(g.latency.percentile(95)), _sec(g.latency.percentile(99)),
+    ]
+
+
+def _throttle_row(host: str, th: _HostThrottle) -> list[Any]:
+    def val(v: float | None, unit: str = "") -> str:
+        return "-" if v is None else f"{_num(v)}{unit}"
+
+    conc = th.series["concurrency"]
+    conc_txt = (f"{val(th.start.get('concurrency'))} \u2192 {val(th.final('concurrency'))} "
+                f"(min {val(th.lowest('concurrency'))})" if len(conc.times) else "-")
+    rate = th.final("host_rate")
+    return [
+        host, sum(th.changes.values()), th.blame.get("per-ip", 0), th.blame.get("host", 0), conc_txt,
+        val(th.final("spacing"), " s") if th.changes.get("spacing") else "-",
+        ("unlimited" if rate is None else f"{_num(rate)} req/s") if th.changes.get("host_rate") else "-",
+        th.changes.get("pause", 0), th.changes.get("park", 0),
+    ]
+
+
+def render(
+    data: ReportData, title: str = "scrapy-polite crawl report", sources: Iterable[str] = (), top: int = DEFAULT_TOP
+) -> str:
     """The report page as one HTML string."""
     when = ""
     if data.records:
@@ -523,21 +817,35 @@ def render(data: ReportData, title: str = "scrapy-polite crawl report", sources:
         _card(_sec(_pct(data.latency, 95)), "latency P95"),
         _card(str(len(data.exit_ips)), "exit IPs"),
     ])
-    host_rows = []
-    for host, g in sorted(data.hosts.items()):
-        st = g.statuses
-        host_rows.append([
-            host, g.total, g.ok, st.get("429", 0), st.get("403", 0), st.get("404", 0),
-            _sec(_pct(g.latency, 50)), _sec(_pct(g.latency, 95)), _sec(_pct(g.latency, 99)),
-        ])
+    top_hosts, other_hosts, folded_hosts = data.top_hosts(top)
+    host_rows = [_host_row(data, host, g) for host, g in top_hosts]
+    if other_hosts is not None:
+        host_rows.append(_host_row(data, OTHER, other_hosts))
     pct_rows = [
         ["download latency", *(_sec(_pct(data.latency, p)) for p in (50, 95, 99)), data.latency.get_total_count()],
         ["wait at the gates", *(_sec(_pct(data.wait, p)) for p in (50, 95, 99)), data.wait.get_total_count()],
     ]
     labels = _order({k for c in data.endpoints.values() for k in c})
-    ep_rows = [
-        [ep, sum(c.values()), *(c.get(lab, 0) for lab in labels)]
-        for ep, c in sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    ranked = sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    ep_other: Counter[str] = Counter()
+    for _, c in ranked[top:]:
+        ep_other.update(c)
+    ep_rows = [[ep, sum(c.values()), *(c.get(lab, 0) for lab in labels)] for ep, c in ranked[:top]]
+    if ranked[top:]:
+        ep_rows.append([OTHER, sum(ep_other.values()), *(ep_other.get(lab, 0) for lab in labels)])
+    throttled = [(host, g) for host, g in top_hosts if g.throttle is not None]
+    throttle_part = [
+        "<h2>Throttle per host</h2>",
+        f'<p class="sub">{data.throttle_events} throttle events: what the throttle changed, and what the '
+        "rate signals behind it were blamed on.</p>",
+        _table(["host", "events", "per-IP signals", "host-wide signals", "concurrency", "spacing",
+                "host rate", "pauses", "parks"], [_throttle_row(h, g.throttle) for h, g in throttled]),
+    ] if data.throttle_events else []
+    timelines = [
+        _figure(f"fig-host-{i}", f"Throttle timeline: {host}", host_timeline_svg(data, host, g),
+                f"{host}: successful pages and 429s per minute, and the throttle's concurrency, spacing "
+                "(lower end of the band) and host rate after each change; shaded: pauses and parks.")
+        for i, (host, g) in enumerate(top_hosts)
     ]
     sources_txt = ", ".join(f"{k}: {v}" for k, v in sorted(data.exit_ip_sources.items())) or "-"
     body = [
@@ -554,12 +862,108 @@ def render(data: ReportData, title: str = "scrapy-polite crawl report", sources:
         _table(["", "P50", "P95", "P99", "samples"], pct_rows),
         "<h2>Per host</h2>",
         _table(["host", "attempts", "ok", "429", "403", "404", "P50", "P95", "P99"], host_rows),
-        _figure("fig-status-endpoint", "Status by endpoint", status_by_endpoint_svg(data),
+        _fold_line(folded_hosts, "hosts"),
+        *throttle_part,
+        _figure("fig-status-endpoint", "Status by endpoint", status_by_endpoint_svg(data, top),
                 "Answers per proxy endpoint (masked), by HTTP status or exception class."),
         _table(["endpoint", "attempts", *labels], ep_rows),
+        _fold_line(max(0, len(ranked) - top), "endpoints"),
         _figure("fig-exit-ips", "Requests per exit IP", exit_ips_svg(data),
                 f"Requests per exit IP as seen by the target; exit IP source: {sources_txt}."),
+        *timelines,
     ]
+    return _page(title, body)
+
+
+def _diff(a: float | None, b: float | None, higher_is_better: bool, unit: str = "") -> tuple[str, str]:
+    """(text, CSS class) of ``b - a``: green when *b* is better, red when worse."""
+    if a is None or b is None:
+        return "-", ""
+    d = b - a
+    if abs(d) < 1e-9:
+        return "0", ""
+    rel = f" ({100.0 * d / a:+.0f}%)" if a else ""
+    better = (d > 0) == higher_is_better
+    return f"{d:+.3g}{unit}{rel}", "better" if better else "worse"
+
+
+def _compare_rows(
+    a: ReportData, b: ReportData, ga: _Group | None, gb: _Group | None, name: str
+) -> list[tuple[str, str, str, tuple[str, str]]]:
+    """(metric, run A, run B, (difference, class)) for one host (or overall, *ga*/*gb* None)."""
+
+    def stats(d: ReportData, g: _Group | None, whole: bool) -> dict[str, float | None]:
+        if whole:
+            total, ok, limited = d.records, d.ok, d.rate_limited
+            p50, p95 = _pct(d.latency, 50), _pct(d.latency, 95)
+            ppm = d.pages_per_min()
+        elif g is None:
+            return {"ppm": None, "success": None, "limited": None, "share": None, "p50": None, "p95": None}
+        else:
+            total, ok, limited = g.total, g.ok, g.rate_limited
+            p50, p95 = g.latency.percentile(50), g.latency.percentile(95)
+            ppm = d.host_pages_per_min(g)
+        return {"ppm": ppm, "success": 100.0 * ok / total if total else None, "limited": float(limited),
+                "share": 100.0 * limited / total if total else None, "p50": p50, "p95": p95}
+
+    whole = name == "overall"
+    sa, sb = stats(a, ga, whole), stats(b, gb, whole)
+
+    def fmt(v: float | None, unit: str = "") -> str:
+        return "-" if v is None else f"{_num(round(v, 2))}{unit}"
+
+    return [
+        ("pages/min", fmt(sa["ppm"]), fmt(sb["ppm"]), _diff(sa["ppm"], sb["ppm"], True)),
+        ("success rate", fmt(sa["success"], "%"), fmt(sb["success"], "%"),
+         _diff(sa["success"], sb["success"], True, " pt")),
+        ("429s", fmt(sa["limited"]), fmt(sb["limited"]), _diff(sa["limited"], sb["limited"], False)),
+        ("429 share", fmt(sa["share"], "%"), fmt(sb["share"], "%"), _diff(sa["share"], sb["share"], False, " pt")),
+        ("latency P50", _sec(sa["p50"]), _sec(sb["p50"]), _diff(sa["p50"], sb["p50"], False, " s")),
+        ("latency P95", _sec(sa["p95"]), _sec(sb["p95"]), _diff(sa["p95"], sb["p95"], False, " s")),
+    ]
+
+
+def render_compare(
+    a: ReportData, b: ReportData, names: tuple[str, str] = ("A", "B"),
+    title: str = "scrapy-polite: two runs compared", top: int = DEFAULT_TOP,
+) -> str:
+    """Two runs side by side: overall and per host (top *top* by both runs' attempts, plus OTHER)."""
+    ranked = sorted(set(a.hosts) | set(b.hosts),
+                    key=lambda h: (-(a.hosts[h].total if h in a.hosts else 0) - (b.hosts[h].total if h in b.hosts
+                                                                                   else 0), h))
+    shown, folded = ranked[:top], ranked[top:]
+
+    def fold(d: ReportData) -> _Group | None:
+        groups = [d.hosts[h] for h in folded if h in d.hosts]
+        if not groups:
+            return None
+        other = _Group()
+        for g in groups:
+            other.merge(g)
+        return other
+
+    rows: list[str] = []
+    for host, ga, gb in [("overall", None, None), *((h, a.hosts.get(h), b.hosts.get(h)) for h in shown),
+                         *([(OTHER, fold(a), fold(b))] if folded else [])]:
+        for i, (metric, va, vb, (d, cls)) in enumerate(_compare_rows(a, b, ga, gb, host)):
+            c = f' class="{cls}"' if cls else ""
+            rows.append(f'<tr data-host="{escape(host)}" data-metric="{escape(metric)}"><td>'
+                        f"{escape(host) if i == 0 else ''}</td><td>{escape(metric)}</td><td>{escape(va)}</td>"
+                        f"<td>{escape(vb)}</td><td{c}>{escape(d)}</td></tr>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("host", "", names[0], names[1], "difference (B - A)"))
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="sub">A: {escape(names[0])} ({a.records} records) &middot; B: {escape(names[1])} '
+        f"({b.records} records)</p>",
+        f'<table id="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>',
+        _fold_line(len(folded), "hosts"),
+        _figure("fig-throughput-a", f"A: {names[0]}", throughput_svg(a), "Successful pages and 429s per minute."),
+        _figure("fig-throughput-b", f"B: {names[1]}", throughput_svg(b), "Successful pages and 429s per minute."),
+    ]
+    return _page(title, body)
+
+
+def _page(title: str, body: list[str]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -576,8 +980,27 @@ def build(paths: Iterable[str | Path]) -> ReportData:
     return data
 
 
+def write_report(
+    paths: list[str], output: str | Path, title: str = "scrapy-polite crawl report", top: int = DEFAULT_TOP
+) -> ReportData:
+    """Read *paths* (one run) and write its report to *output*; the data, for a summary line."""
+    data = build(paths)
+    Path(output).write_text(render(data, title, [Path(p).name for p in paths], top), encoding="utf-8")
+    return data
+
+
 #: One line on what the command does: its --help, ``scrapy -h`` and ``python -m scrapy_polite``.
 DESCRIPTION = "Write a self-contained HTML report from POLITE_STATS_JSONL files."
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return n
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -585,6 +1008,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("jsonl", nargs="+", help="JSONL files (include the rotated .1 file for the full run)")
     parser.add_argument("-o", "--output", default="report.html", help="HTML file to write (default: %(default)s)")
     parser.add_argument("--title", default="scrapy-polite crawl report")
+    parser.add_argument("--top", type=_positive, default=DEFAULT_TOP,
+                        help="hosts and endpoints shown one by one, the rest in one (other) row "
+                             "(default: %(default)s)")
+    parser.add_argument("--compare", nargs="+", metavar="JSONL",
+                        help="a second run's JSONL files: write a side-by-side comparison of the two runs")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -595,12 +1023,22 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Write the report *args* ask for; returns the exit code."""
+    top = getattr(args, "top", DEFAULT_TOP)
     try:
-        data = build(args.jsonl)
+        if getattr(args, "compare", None):
+            a, b = build(args.jsonl), build(args.compare)
+        else:
+            data = write_report(args.jsonl, args.output, args.title, top)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    Path(args.output).write_text(render(data, args.title, [Path(p).name for p in args.jsonl]), encoding="utf-8")
+    if getattr(args, "compare", None):
+        names = (" ".join(Path(p).name for p in args.jsonl), " ".join(Path(p).name for p in args.compare))
+        title = args.title if args.title != "scrapy-polite crawl report" else "scrapy-polite: two runs compared"
+        Path(args.output).write_text(render_compare(a, b, names, title, top), encoding="utf-8")
+        print(f"{args.output}: A {a.records} records, {a.pages_per_min():.1f} pages/min; "
+              f"B {b.records} records, {b.pages_per_min():.1f} pages/min")
+        return 0
     print(f"{args.output}: {data.records} records, {data.ok} successful pages, "
           f"{data.pages_per_min():.1f} pages/min{'; ' + data.skipped_text() if data.skipped else ''}")
     return 0

@@ -3,8 +3,9 @@
 Connect with ``crawler.signals.connect(handler, signal=polite_signals.X)``.
 """
 
-#: A host's concurrency, delay or pause changed.
-#: Args: ``host``, ``old`` (dict), ``new`` (dict), ``reason`` (str).
+#: A host's concurrency, delay or pause changed (or a pause ended).
+#: Args: ``host``, ``old`` (dict), ``new`` (dict), ``reason`` (str), ``events`` (list of
+#: ``{"change", "from", "to"}``, one per value), ``evidence`` (dict: what the decision acted on).
 host_throttle_changed = object()
 
 #: A request got a rate-limit answer and was re-queued after a cooldown.

@@ -183,6 +183,14 @@ def jsonl_path(template: str | None, spider: Any, started: float | None = None) 
     return _PLACEHOLDER.sub(fill, template)
 
 
+def _report_path(template: str | None, spider: Any) -> str | None:
+    """The POLITE_REPORT_HTML path of this crawl: the placeholders of POLITE_STATS_JSONL."""
+    try:
+        return jsonl_path(template, spider)
+    except PoliteConfigError as exc:
+        raise PoliteConfigError("POLITE_REPORT_HTML", template, exc.expected) from None
+
+
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
 
@@ -220,12 +228,15 @@ class PoliteStats:
         self._jsonl_size = 0
         # The spider when the crawl builds it (its arguments included), else its class.
         self._jsonl_path = jsonl_path(self.config.stats_jsonl, getattr(crawler, "spider", None) or crawler.spidercls)
+        self._report_source = self._jsonl_path  # kept when writing stops on an error
+        self._report_path = _report_path(self.config.report_html, getattr(crawler, "spider", None) or crawler.spidercls)
         self._loop: Any = None
         self._publish_loop: Any = None
         self._prom: Any = None
         rt.stats = self
         crawler.signals.connect(self.record, signal=polite_signals.outcome_recorded)
         crawler.signals.connect(self._gave_up, signal=polite_signals.request_gave_up)
+        crawler.signals.connect(self._throttle_changed, signal=polite_signals.host_throttle_changed)
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
@@ -290,9 +301,28 @@ class PoliteStats:
     def _gave_up(self, request: Any = None, reason: str = "") -> None:
         self.gave_up += 1
 
+    def _throttle_changed(self, host: str, reason: str, events: list[dict[str, Any]] | None = None,
+                          evidence: dict[str, Any] | None = None) -> None:
+        """Each change the throttle made to *host*, as a throttle event line of the JSONL."""
+        now = time.time()
+        for event in events or ():
+            self.write_event({"event": "throttle", "time": now, "host": host, **event, "reason": reason,
+                              "evidence": evidence or {}})
+
+    def write_event(self, event: dict[str, Any]) -> None:
+        """Write *event* (a dict with ``"event"``, its kind, and ``"time"``) as a line of the JSONL.
+
+        Per-attempt lines have no ``"event"`` key: readers of attempts skip the lines that do.
+        """
+        if self._jsonl_path:
+            self._write_line(event)
+
     def _write_jsonl(self, outcome: Outcome) -> None:
-        """One line per outcome, on disk at once; at most two files of the cap each."""
-        line = (json.dumps(outcome.to_dict(), separators=(",", ":")) + "\n").encode()
+        self._write_line(outcome.to_dict())
+
+    def _write_line(self, record: dict[str, Any]) -> None:
+        """One line per record, on disk at once; at most two files of the cap each."""
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
         path = self._jsonl_path
         assert path is not None
         try:
@@ -514,8 +544,22 @@ class PoliteStats:
             self._jsonl.close()
             self._jsonl = None
         self._export(s, spider)
+        if self._report_path and self._report_source:
+            self._write_report(self._report_path, self._report_source, spider)
         prom, self._prom = self._prom, None
         return None if prom is None else _close_off_thread(prom)
+
+    def _write_report(self, output: str, path: str, spider: Any) -> None:
+        """POLITE_REPORT_HTML: the HTML report of this run's JSONL (its rotated ``.1`` file first)."""
+        from .report import write_report
+
+        paths = [p for p in (path + ".1", path) if os.path.exists(p)]
+        try:
+            data = write_report(paths, output, f"{getattr(spider, 'name', 'crawl')}: scrapy-polite crawl report")
+        except OSError as exc:
+            logger.error("scrapy-polite: could not write the report %s: %s", output, exc)
+            return
+        logger.info("scrapy-polite: report of %d records written to %s", data.records, output)
 
     def _export(self, s: dict[str, Any], spider: Any) -> None:
         set_value = self.stats.set_value

@@ -151,7 +151,7 @@ class ThrottlePolicy:
         config: PoliteConfig,
         gate: LocalGate,
         clock: Callable[[], float] = time.monotonic,
-        notify: Callable[[str, dict[str, Any], dict[str, Any], str], None] | None = None,
+        notify: Callable[[str, dict[str, Any], dict[str, Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
         self.config = config
         self.gate = gate
@@ -182,7 +182,12 @@ class ThrottlePolicy:
         gate.cool_endpoint(endpoint.key, host, delay)
         h = gate.host(host)
         changes: list[str] = []
-        if self._blames_spacing(p, gap, slack, now):
+        per_ip = self._blames_spacing(p, gap, slack, now)
+        evidence: dict[str, Any] = {
+            "status": status, "retry_after": round(delay, 3), "gap": _finite(gap), "slack": _finite(slack),
+            "blame": "per-ip" if per_ip else "host", "endpoint": endpoint.label,
+        }
+        if per_ip:
             changes += self._raise_spacing(p, host, gap, now)
         else:
             sent_at = now if granted_at is None else granted_at
@@ -202,13 +207,12 @@ class ThrottlePolicy:
             low, high = cfg.park_time
             park = min(high, low * 2 ** (p.parks - 1))
             gate.pause_host(host, park)
-            logger.warning(
-                "scrapy-polite: %s keeps answering %d at concurrency 1; parked for %.0f s (park #%d)",
-                host, status, park, p.parks,
-            )
-            changes.append(f"parked {park:.0f} s")
+            changes.append(f"keeps answering {status} at concurrency 1: parked {park:.0f} s (park #{p.parks})")
+            evidence["park"] = p.parks
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join([f"{status} via {endpoint.label}", *changes]))
+            self.notify(
+                host, old, self._snapshot(host), "; ".join([f"{status} via {endpoint.label}", *changes]), evidence
+            )
 
     def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None) -> None:
         """A clean answer from *host*: a step of each search, and after a clean window, of concurrency."""
@@ -230,7 +234,7 @@ class ThrottlePolicy:
         if now - p.last_change >= cfg.recovery_window and now - p.last_signal >= cfg.recovery_window:
             changes += self._clean_window(p, host, now)
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join(changes))
+            self.notify(host, old, self._snapshot(host), "; ".join(changes), {"status": status, "gap": _finite(gap)})
 
     def unanswered(self, host: str, park: bool) -> str:
         """Several endpoints got no answer from *host*: slow it down, or park it.
@@ -274,7 +278,7 @@ class ThrottlePolicy:
                 # spacing, and climbs from there while its answers stay clean.
                 before = self._snapshot(host)
                 reason = self._set_rate(p, host, cfg.host_concurrency / cfg.delay[0], now)
-                self.notify(host, before, self._snapshot(host), f"slow start: {reason}")
+                self.notify(host, before, self._snapshot(host), f"slow start: {reason}", {})
         return p
 
     def _snapshot(self, host: str) -> dict[str, Any]:
@@ -488,6 +492,56 @@ def _rate(interval: float) -> str:
     return f"{1 / interval:.2f} req/s" if interval > 0 else "unlimited"
 
 
+def _finite(value: float) -> float | None:
+    """*value* rounded for a log or a JSON line; ``None`` for "never" (an infinite gap)."""
+    return round(value, 4) if math.isfinite(value) else None
+
+
+def throttle_events(
+    old: dict[str, Any], new: dict[str, Any], evidence: dict[str, Any], now: float
+) -> list[dict[str, Any]]:
+    """What one throttle decision changed, one ``{"change", "from", "to"}`` per value.
+
+    ``concurrency``, ``spacing`` (the delay band, seconds), ``host_rate``
+    (req/s, ``None``: unlimited), and ``pause`` or ``park`` (seconds the host
+    is held from *now*, monotonic like the snapshots' ``paused_until``).
+    """
+    events: list[dict[str, Any]] = []
+    if old["concurrency"] != new["concurrency"]:
+        events.append({"change": "concurrency", "from": old["concurrency"], "to": new["concurrency"]})
+    if tuple(old["delay"]) != tuple(new["delay"]):
+        events.append({"change": "spacing", "from": _band(old["delay"]), "to": _band(new["delay"])})
+    if old["interval"] != new["interval"]:
+        events.append({"change": "host_rate", "from": _req_s(old["interval"]), "to": _req_s(new["interval"])})
+    if new["paused_until"] > max(old["paused_until"], now):
+        events.append({
+            "change": "park" if "park" in evidence else "pause",
+            "from": round(max(0.0, old["paused_until"] - now), 3),
+            "to": round(new["paused_until"] - now, 3),
+        })
+    return events
+
+
+def _band(delay: tuple[float, float]) -> list[float]:
+    return [round(delay[0], 4), round(delay[1], 4)]
+
+
+def _req_s(interval: float) -> float | None:
+    return round(1 / interval, 4) if interval > 0 else None
+
+
+def _evidence_text(evidence: dict[str, Any]) -> str:
+    """The evidence of a rate signal for the log line: blame, gap, slack, Retry-After."""
+    if "blame" not in evidence:
+        return ""
+
+    def sec(v: float | None) -> str:
+        return "never" if v is None else f"{v:.2f} s"
+
+    return (f"; blamed on a {evidence['blame']} limit: gap {sec(evidence['gap'])}, "
+            f"slack {sec(evidence['slack'])}, Retry-After {evidence['retry_after']:g} s")
+
+
 class HostThrottle:
     """Scrapy extension around :class:`ThrottlePolicy`: logging, signals, robots."""
 
@@ -497,6 +551,8 @@ class HostThrottle:
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
         rt.throttle = self.policy
         self._robots_seen: set[str] = set()
+        self._resume_calls: list[Any] = []
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
         if crawler.settings.getbool("ROBOTSTXT_OBEY"):
             crawler.signals.connect(self._response_received, signal=signals.response_received)
 
@@ -504,22 +560,58 @@ class HostThrottle:
     def from_crawler(cls, crawler: Crawler) -> HostThrottle:
         return cls(crawler)
 
-    def _notify(self, host: str, old: dict[str, Any], new: dict[str, Any], reason: str) -> None:
+    def _notify(
+        self, host: str, old: dict[str, Any], new: dict[str, Any], reason: str, evidence: dict[str, Any] | None = None
+    ) -> None:
         stats = self.crawler.stats
         stats.inc_value("polite/throttle/changes")
         stats.set_value(f"polite/throttle/{host}/concurrency", new["concurrency"])
+        evidence = evidence or {}
         now = time.monotonic()
-        logger.info(
+        events = throttle_events(old, new, evidence, now)
+        logger.log(
+            logging.WARNING if "park" in evidence else logging.INFO,
             "scrapy-polite: %s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s, "
-            "host interval %.2f -> %.2f s%s (%s)",
+            "host interval %.2f -> %.2f s%s (%s%s)",
             host, old["concurrency"], new["concurrency"], *old["delay"], *new["delay"],
             old["interval"], new["interval"],
             f", paused {new['paused_until'] - now:.1f} s" if new["paused_until"] > now else "",
-            reason,
+            reason, _evidence_text(evidence),
         )
         self.crawler.signals.send_catch_log(
-            polite_signals.host_throttle_changed, host=host, old=old, new=new, reason=reason
+            polite_signals.host_throttle_changed, host=host, old=old, new=new, reason=reason,
+            events=events, evidence=evidence,
         )
+        if any(e["change"] in ("pause", "park") for e in events):
+            self._watch_resume(host, new["paused_until"], "park" in evidence)
+
+    def _watch_resume(self, host: str, until: float, parked: bool) -> None:
+        """Log and signal the end of a pause or park, unless a later one extended it."""
+        from twisted.internet import reactor
+
+        def resumed() -> None:
+            h = get_runtime(self.crawler).gate.host(host)
+            if h.paused_until > until + 1e-6 or not self.crawler.crawling:
+                return  # extended (its own watch reports it), or the crawl is over
+            change = "unpark" if parked else "resume"
+            snap = self.policy._snapshot(host)
+            logger.info("scrapy-polite: %s %s after %.1f s", host, "unparked" if parked else "resumed",
+                        until - started)
+            self.crawler.signals.send_catch_log(
+                polite_signals.host_throttle_changed, host=host, old=snap, new=snap,
+                reason=f"{change}: the {'park' if parked else 'pause'} is over",
+                events=[{"change": change, "from": round(until - started, 3), "to": 0.0}], evidence={},
+            )
+
+        started = time.monotonic()
+        self._resume_calls = [c for c in self._resume_calls if c.active()]
+        self._resume_calls.append(reactor.callLater(max(0.0, until - started), resumed))  # type: ignore[attr-defined]
+
+    def _closed(self, spider: Any = None) -> None:
+        for call in self._resume_calls:
+            if call.active():
+                call.cancel()
+        self._resume_calls.clear()
 
     def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
         """Use a robots.txt ``Crawl-delay`` as the host's minimum spacing."""
