@@ -9,6 +9,7 @@ anywhere (:func:`assert_no_secret`).
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ from conftest import CrawlResult, crawl
 from logcheck import ITEM_RE, items_fetched, refetched
 
 from scrapy_polite import signals as polite_signals
+
+#: Every fault case's proxies ask for this password (``ProxyConfig(auth=FAULT_AUTH)``), so each
+#: case can check that no output shows it.
+FAULT_AUTH = ("crawler", "Fault-s3cret-pw")
 
 
 @dataclass
@@ -81,6 +86,12 @@ def assert_pages_accounted(
     assert not twice, f"pages fetched more than once: {twice}"
     assert not missing, f"pages neither fetched nor given up: {missing}"
     assert all(reason for _, reason in run.gave_up), run.gave_up
+
+
+def assert_clean(run: FaultRun, *outputs: str | Path) -> None:
+    """No traceback in the crawl's log, and the proxies' password in none of its outputs."""
+    assert_no_traceback(run.log_text)
+    assert_no_secret(FAULT_AUTH[1], run.log_text, json.dumps(run.stats, default=str), *outputs)
 
 
 def assert_no_traceback(*texts: str) -> None:

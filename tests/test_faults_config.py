@@ -17,7 +17,7 @@ import pytest
 import pytest_twisted
 from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
-from faultcheck import assert_no_secret, assert_no_traceback, assert_pages_accounted, fault_crawl
+from faultcheck import FAULT_AUTH, assert_clean, assert_no_secret, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched
 from test_redis_gate import gate as redis_gate
 from test_redis_gate import granted, on_asyncio, pending, stop
@@ -215,7 +215,7 @@ async def test_a_proxies_file_gone_bad_keeps_the_pool_and_reloading_goes_on(sand
     assert run.stats.get("polite/pool_reloads") == 1
     assert_pages_accounted(run, log, range(1, 31))
     assert sorted(items_fetched(log)) == list(range(1, 31))
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
     assert_no_secret(SECRET, run.log_text, repr(run.stats))
 
 
@@ -262,19 +262,19 @@ async def removed_then_re_added(sb: Any, tmp_path: Path, settings: dict[str, Any
     # can start on it in between, as it is out of the pool): it came back to it.
     assert any(f[0]["ip"] == ip0 and f[0]["t_start"] < truncated_at and f[-1]["t_start"] > restored_at
                for f in flows.values()), (truncated_at, restored_at, dict(flows))
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_session_whose_endpoint_is_removed_then_re_added_runs_on_it(sandbox, tmp_path) -> None:
-    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=2)))
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=2, auth=FAULT_AUTH)))
     await removed_then_re_added(sb, tmp_path, {})
 
 
 @pytest.mark.once
 @pytest_twisted.ensureDeferred
 async def test_the_same_through_redis(sandbox, redis_server, tmp_path) -> None:
-    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=2)))
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=2, auth=FAULT_AUTH)))
     await removed_then_re_added(sb, tmp_path, {"POLITE_STATE": redis_server.url, "POLITE_STATE_NAMESPACE": "re"})
 
 
@@ -284,7 +284,7 @@ async def test_the_same_through_redis(sandbox, redis_server, tmp_path) -> None:
 @pytest.mark.once
 @pytest_twisted.ensureDeferred
 async def test_redis_away_past_the_deadline_closes_and_jobdir_resumes(sandbox, redis_server, tmp_path) -> None:
-    sb = sandbox(SandboxConfig(sites=[site(pages=40)], proxies=ProxyConfig(count=4)))
+    sb = sandbox(SandboxConfig(sites=[site(pages=40)], proxies=ProxyConfig(count=4, auth=FAULT_AUTH)))
     settings = {"POLITE_PROXIES": sb.proxy_urls, "POLITE_STATE": redis_server.url, "POLITE_DELAY": (0.3, 0.4),
                 "POLITE_STATE_OUTAGE_TIMEOUT": 1.5, "JOBDIR": str(tmp_path / "job"), "CLOSESPIDER_TIMEOUT": 20}
     with Steps([(lambda: len(sb.log()) >= 8, redis_server.stop)]) as steps:
@@ -300,7 +300,7 @@ async def test_redis_away_past_the_deadline_closes_and_jobdir_resumes(sandbox, r
     kept = first.stats["polite/kept_at_close"]
     assert kept == first.stats["polite/dropped_at_close"] >= 1
     assert len(set(items_fetched(log))) < 40
-    assert_no_traceback(first.log_text)
+    assert_clean(first)
     redis_server.start()
     second = await fault_crawl(CatalogueSpider, settings, tmp_path / "second.log", start_url=sb.site_url("a"))
     assert second.stats["finish_reason"] == "finished"
@@ -308,7 +308,7 @@ async def test_redis_away_past_the_deadline_closes_and_jobdir_resumes(sandbox, r
     first.gave_up += second.gave_up
     assert_pages_accounted(first, log, range(1, 41))
     assert sorted(items_fetched(log)) == list(range(1, 41))  # resumed from JOBDIR: each page once
-    assert_no_traceback(second.log_text)
+    assert_clean(second)
 
 
 # -- the same rules in the Redis gate, as units -------------------------------------------

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_twisted
 from example_project.spiders.catalogue import CatalogueSpider
-from faultcheck import assert_no_traceback, assert_pages_accounted, fault_crawl
+from faultcheck import FAULT_AUTH, assert_clean, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched, statuses
 
 from scrapy_polite.config import DEFAULTS
@@ -73,7 +73,7 @@ async def test_hostile_retry_after_and_exit_ip_headers_lose_nothing(sandbox, tmp
         name="a", pages=PAGES, latency=[0.01, 0.03], per_ip_rate=2.0, per_ip_burst=1, retry_after=0.5,
         retry_after_form=form, strikes_to_block=None, extra_headers=HOSTILE[form],
     )
-    sb = sandbox(SandboxConfig(sites=[site], proxies=ProxyConfig(count=3, exit_ip_header="X-Outgoing-IP")))
+    sb = sandbox(SandboxConfig(sites=[site], proxies=ProxyConfig(count=3, exit_ip_header="X-Outgoing-IP", auth=FAULT_AUTH)))
     jsonl = tmp_path / "stats.jsonl"
     run = await fault_crawl(CatalogueSpider, {
         "POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.1, 0.2), "POLITE_COOLDOWN": (0.5, 0.8),
@@ -101,13 +101,13 @@ async def test_hostile_retry_after_and_exit_ip_headers_lose_nothing(sandbox, tmp
     assert run.stats["polite/exit_ip_invalid"] == len(records) * len(invalid)
     warnings = re.findall(r"WARNING: scrapy-polite: ignored (\S+) header", run.log_text)
     assert sorted(warnings) == sorted(invalid)
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_huge_robots_crawl_delay_is_capped_at_retry_after_max(sandbox, tmp_path: Path) -> None:
     site = SiteConfig(name="a", pages=3, latency=[0.01, 0.02], robots_crawl_delay=1e9)
-    sb = sandbox(SandboxConfig(sites=[site], proxies=ProxyConfig(count=1)))
+    sb = sandbox(SandboxConfig(sites=[site], proxies=ProxyConfig(count=1, auth=FAULT_AUTH)))
     run = await fault_crawl(CatalogueSpider, {
         "POLITE_PROXIES": sb.proxy_urls, "ROBOTSTXT_OBEY": True, "POLITE_DELAY": (0.05, 0.1),
         "POLITE_RETRY_AFTER_MAX": 0.5, "CLOSESPIDER_TIMEOUT": 10,
@@ -124,4 +124,4 @@ async def test_a_huge_robots_crawl_delay_is_capped_at_retry_after_max(sandbox, t
     assert gaps and min(gaps) >= 0.5 - 0.05  # the cap is still the minimum spacing
     capped = [line for line in run.log_text.splitlines() if "Crawl-delay" in line]
     assert len(capped) == 1 and "WARNING" in capped[0] and "Crawl-delay 1e+09 s capped" in capped[0], capped
-    assert_no_traceback(run.log_text)
+    assert_clean(run)

@@ -15,7 +15,7 @@ import pytest
 import pytest_twisted
 import scrapy
 from example_project.spiders.catalogue import CatalogueSpider
-from faultcheck import assert_no_traceback, assert_pages_accounted, fault_crawl
+from faultcheck import FAULT_AUTH, assert_clean, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched, max_inflight_host
 
 from scrapy_polite.runtime import get_runtime
@@ -58,7 +58,7 @@ def dead_endpoints(run) -> int:
 @pytest_twisted.ensureDeferred
 async def test_hanging_target_urls_are_given_up_and_no_healthy_proxy_dies(sandbox, tmp_path) -> None:
     hanging = {5, 15, 25}
-    sb = sandbox(SandboxConfig(sites=[site(pages=30, hang_items=sorted(hanging))], proxies=ProxyConfig(count=8),
+    sb = sandbox(SandboxConfig(sites=[site(pages=30, hang_items=sorted(hanging))], proxies=ProxyConfig(count=8, auth=FAULT_AUTH),
                                max_runtime=120))
     run = await fault_crawl(Catalogue, {
         "POLITE_PROXIES": sb.proxy_urls, "DOWNLOAD_TIMEOUT": 1.5, "POLITE_DELAY": (0.1, 0.2),
@@ -84,7 +84,7 @@ async def test_hanging_target_urls_are_given_up_and_no_healthy_proxy_dies(sandbo
     assert run.stats["polite/gave_up/timeout"] == len(hanging)
     assert dead_endpoints(run) == 0
     assert {e["ip"] for e in log} == set(sb.proxy_exit_ips)  # the whole pool in use
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
 
 
 _STALLED = re.compile(r"^(\S+ \S+) \[scrapy_polite\.middleware\] INFO: scrapy-polite: no answer via (\S+) for")
@@ -102,7 +102,7 @@ async def test_a_hanging_proxy_gives_its_host_slot_back_within_the_stall_timeout
     settings = {}
     if state == "redis":
         settings = {"POLITE_STATE": request.getfixturevalue("redis_server").url, "POLITE_STATE_LEASE_TTL": 2}
-    sb = sandbox(SandboxConfig(sites=[site(pages=30, latency=[0.2, 0.3])], proxies=ProxyConfig(count=4),
+    sb = sandbox(SandboxConfig(sites=[site(pages=30, latency=[0.2, 0.3])], proxies=ProxyConfig(count=4, auth=FAULT_AUTH),
                                failures=[FailureSpec(proxy=0, mode="hang", at=0.0)], max_runtime=120))
     run = await fault_crawl(Catalogue, {
         **settings, "POLITE_PROXIES": sb.proxy_urls, "DOWNLOAD_TIMEOUT": 4, "POLITE_STALL_TIMEOUT": 0.5,
@@ -124,12 +124,12 @@ async def test_a_hanging_proxy_gives_its_host_slot_back_within_the_stall_timeout
     assert busy, stalls
     for during in busy:
         assert max(e["inflight_host"] for e in during) == 2, during
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_proxy_that_dies_and_comes_back_is_used_again(sandbox, tmp_path) -> None:
-    sb = sandbox(SandboxConfig(sites=[site(pages=40, latency=[0.1, 0.2])], proxies=ProxyConfig(count=3),
+    sb = sandbox(SandboxConfig(sites=[site(pages=40, latency=[0.1, 0.2])], proxies=ProxyConfig(count=3, auth=FAULT_AUTH),
                                failures=[FailureSpec(proxy=0, mode="die", at=1.0),
                                          FailureSpec(proxy=0, mode="recover", at=3.0)], max_runtime=120))
     run = await fault_crawl(Catalogue, {
@@ -147,7 +147,7 @@ async def test_a_proxy_that_dies_and_comes_back_is_used_again(sandbox, tmp_path)
     assert run.stats.get("polite/requeued/proxy", 0) >= 1
     assert run.stats.get("polite/blame/endpoint", 0) == 0
     assert dead_endpoints(run) == 0
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
 
 
 def _port_containing_429() -> int:
@@ -170,7 +170,7 @@ async def test_a_proxy_answering_407_is_benched_also_on_connect_and_on_a_port_co
     port = _port_containing_429()
     sb = sandbox(SandboxConfig(
         sites=[site(name="a", pages=10), site(name="s", pages=10, tls=True)],
-        proxies=ProxyConfig(count=4, ports=[port]), failures=[FailureSpec(proxy=0, mode="deny", at=0.0)],
+        proxies=ProxyConfig(count=4, ports=[port], auth=FAULT_AUTH), failures=[FailureSpec(proxy=0, mode="deny", at=0.0)],
         max_runtime=120,
     ))
     assert sb.proxy_urls[0].endswith(f":{port}")
@@ -191,4 +191,4 @@ async def test_a_proxy_answering_407_is_benched_also_on_connect_and_on_a_port_co
     assert run.stats.get("polite/requeued/rate", 0) == 0 and not run.stats.get("polite/rate_limited")
     st = get_runtime(run.result.crawler).gate.endpoints[get_runtime(run.result.crawler).config.endpoints[0].key]
     assert st.failures >= 2 and st.requests == st.failures
-    assert_no_traceback(run.log_text)
+    assert_clean(run)
