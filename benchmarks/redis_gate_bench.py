@@ -133,7 +133,7 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def table(results: list[dict[str, Any]]) -> str:
     base = results[0]
     lines = ["| hosts | requests | µs/request (wall) | × 1 host | µs/request (CPU) | × 1 host | "
-             "RSS idle − start (KiB) | maps after idle | keys after run | keys after TTLs |",
+             "RSS after idle (MiB) | maps after idle | keys after run | keys after TTLs |",
              "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in results:
         maps = ", ".join(f"{k} {v}" for k, v in r["maps_after_idle"].items() if v) or "all empty"
@@ -141,7 +141,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['hosts']:,} | {r['requests']:,} | {r['us_per_request_wall']:.0f} | "
             f"{r['us_per_request_wall'] / base['us_per_request_wall']:.2f} | {r['us_per_request_cpu']:.0f} | "
             f"{r['us_per_request_cpu'] / base['us_per_request_cpu']:.2f} | "
-            f"{r['rss_idle_kib'] - r['rss_start_kib']:,} | {maps} | {r['keys_after_run']:,} | "
+            f"{r['rss_idle_kib'] / 1024:.1f} | {maps} | {r['keys_after_run']:,} | "
             f"{r['keys_after_ttl']} {' '.join(r['keys_left'])} |"
         )
     return "\n".join(lines)
