@@ -16,7 +16,7 @@ from scrapy.settings import BaseSettings
 
 from .endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
 from .errors import PoliteConfigError
-from .redis_gate import PIN_TTL
+from .redis_gate import HOST_TTL, PIN_TTL
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
@@ -68,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE_NAMESPACE": "polite",
     "POLITE_STATE_LEASE_TTL": 5.0,
     "POLITE_STATE_PIN_TTL": PIN_TTL,
+    "POLITE_STATE_HOST_TTL": HOST_TTL,
     "POLITE_STATE_POLL": 0.05,
     "POLITE_STATE_OUTAGE_TIMEOUT": 300.0,
 }
@@ -135,6 +136,7 @@ class PoliteConfig:
     state_namespace: str = "polite"
     state_lease_ttl: float = 5.0
     state_pin_ttl: float = PIN_TTL
+    state_host_ttl: float = HOST_TTL
     state_poll: float = 0.05
     state_outage_timeout: float = 300.0
     timeout_retry_times: int = 2
@@ -204,6 +206,7 @@ class PoliteConfig:
             state_namespace=r.str("POLITE_STATE_NAMESPACE"),
             state_lease_ttl=r.float("POLITE_STATE_LEASE_TTL", minimum=1.0),
             state_pin_ttl=r.float("POLITE_STATE_PIN_TTL", minimum=1.0),
+            state_host_ttl=r.float("POLITE_STATE_HOST_TTL", minimum=1.0),
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),

@@ -28,6 +28,7 @@ Away for longer than ``outage_timeout``, it is reported once, so the spider can 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import os
@@ -73,6 +74,14 @@ ORPHANS_KEPT = 100_000
 _HOST_CODES = frozenset({"grace", "paused", "host_full", "host_spacing"})
 #: Shared keys that nobody touches expire after this, so a namespace cleans itself up.
 _IDLE_TTL = 24 * 3600.0
+#: A host's shared record (learned limits, grants, last rate signal) lives this long after
+#: its last use (POLITE_STATE_HOST_TTL).
+HOST_TTL = _IDLE_TTL
+#: A host or session with nothing in flight and nobody waiting is forgotten here after
+#: this long; what it learned stays in Redis and is read again when it comes back.
+IDLE_KEEP = 60.0
+#: Idle entries evicted per acquire or release, besides the sweep on each renewal.
+_EVICT_PER_CALL = 4
 _BACKOFF = (0.25, 8.0)
 
 
@@ -93,6 +102,56 @@ class _Backoff:
 
     def reset(self) -> None:
         self.delay = min(_BACKOFF[0], self.cap)
+
+
+class RunningMax:
+    """The largest of many per-key values, kept up to date as they change.
+
+    A change costs O(log n) and a read O(1) amortised, instead of a scan of every
+    key; a key's value leaves with the key, so the maximum falls when it goes.
+    """
+
+    def __init__(self, floor: float = 0.0) -> None:
+        self.floor = floor
+        self._values: dict[str, float] = {}
+        self._counts: dict[float, int] = {}
+        self._heap: list[float] = []  # negated values; ones no key holds any more are dropped lazily
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def set(self, key: str, value: float) -> None:
+        old = self._values.get(key)
+        if old == value:
+            return
+        if old is not None:
+            self._forget(old)
+        self._values[key] = value
+        count = self._counts.get(value, 0)
+        self._counts[value] = count + 1
+        if count == 0:
+            heapq.heappush(self._heap, -value)
+            if len(self._heap) > 2 * len(self._counts) + 16:
+                self._heap = [-v for v in self._counts]
+                heapq.heapify(self._heap)
+
+    def discard(self, key: str) -> None:
+        old = self._values.pop(key, None)
+        if old is not None:
+            self._forget(old)
+
+    def _forget(self, value: float) -> None:
+        count = self._counts[value] - 1
+        if count:
+            self._counts[value] = count
+        else:
+            del self._counts[value]
+
+    def value(self) -> float:
+        heap = self._heap
+        while heap and -heap[0] not in self._counts:
+            heapq.heappop(heap)
+        return max(self.floor, -heap[0]) if heap else self.floor
 
 
 @dataclass(eq=False)
@@ -124,6 +183,8 @@ class RedisGate:
         session_policy: str = "fail",
         lease_ttl: float = 5.0,
         pin_ttl: float = PIN_TTL,
+        host_ttl: float = HOST_TTL,
+        idle_keep: float = IDLE_KEEP,
         poll: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
@@ -152,6 +213,8 @@ class RedisGate:
         self.session_policy = session_policy
         self.lease_ttl = lease_ttl
         self.pin_ttl = pin_ttl
+        self.host_ttl = host_ttl
+        self.idle_keep = idle_keep
         self.poll = poll
         self._clock = clock
         self._rng = rng or random.Random()
@@ -175,6 +238,12 @@ class RedisGate:
         # This process's own spacing per (endpoint key, host), kept locally too, so
         # a Redis restart that loses its data cannot make this process send early.
         self._spacing: dict[tuple[str, str], float] = {}
+        self._spacing_due: list[tuple[float, str, str]] = []  # heap of (until, endpoint key, host)
+        # Hosts and sessions with nothing in flight and nobody waiting, oldest first, with
+        # when they went idle: evicted after idle_keep, a few per call and on each renewal.
+        self._idle_hosts: OrderedDict[str, float] = OrderedDict()
+        self._idle_sessions: OrderedDict[str, float] = OrderedDict()
+        self._longest = RunningMax(delay[1])
         self._pumps: dict[str, asyncio.Future[None]] = {}
         self._wakeups: dict[str, asyncio.Event] = {}
         self._client: Any = None
@@ -230,7 +299,8 @@ class RedisGate:
         return st.endpoint if st else None
 
     def waiting(self) -> int:
-        return sum(len(h.waiters) for h in self._hosts.values())
+        # Only a host with a pump can have waiters: no walk over idle hosts.
+        return sum(len(self._hosts[host].waiters) for host in self._pumps if host in self._hosts)
 
     def host_load(self, host: str) -> int:
         h = self._hosts.get(host)
@@ -328,7 +398,55 @@ class RedisGate:
         h = self._hosts.get(host)
         if h is None:
             h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            self._longest.set(host, max(h.delay[1], h.min_delay))
+            self._idle_host(host)
         return h
+
+    # -- eviction of idle hosts and sessions -------------------------------
+
+    def _idle_host(self, host: str) -> None:
+        """Start *host*'s idle clock if nothing holds it: nothing in flight, nobody waiting, no pump."""
+        h = self._hosts.get(host)
+        if h is not None and h.inflight <= 0 and not h.waiters and host not in self._pumps:
+            self._idle_hosts[host] = self._clock()
+            self._idle_hosts.move_to_end(host)
+
+    def _idle_session(self, key: str) -> None:
+        s = self._sessions.get(key)
+        if s is not None and not s.busy and not s.queue:
+            self._idle_sessions[key] = self._clock()
+            self._idle_sessions.move_to_end(key)
+
+    def _evict(self, limit: int | None = _EVICT_PER_CALL) -> int:
+        """Forget up to *limit* (None: all) hosts and sessions idle for ``idle_keep``; how many went."""
+        now = self._clock()
+        self._expire_spacing(now)
+        cutoff = now - self.idle_keep
+        gone = 0
+        for idle, drop in ((self._idle_hosts, self._drop_host), (self._idle_sessions, self._drop_session)):
+            while idle and (limit is None or gone < limit):
+                key, since = next(iter(idle.items()))
+                if since > cutoff:
+                    break
+                del idle[key]
+                drop(key)
+                gone += 1
+        return gone
+
+    def _drop_host(self, host: str) -> None:
+        h = self._hosts.get(host)
+        if h is None or h.inflight > 0 or h.waiters or host in self._pumps:
+            return
+        del self._hosts[host]
+        self._longest.discard(host)
+        self._signals.pop(host, None)
+        self._fleet_inflight.pop(host, None)
+        self._wakeups.pop(host, None)
+
+    def _drop_session(self, key: str) -> None:
+        s = self._sessions.get(key)
+        if s is not None and not s.busy and not s.queue:
+            del self._sessions[key]
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
         """As :meth:`LocalGate.set_endpoints <scrapy_polite.gate.LocalGate.set_endpoints>`: a removed
@@ -364,26 +482,30 @@ class RedisGate:
     def set_host_limit(self, host: str, limit: int) -> None:
         self.host(host).limit = max(1, limit)
         self._hset(host, limit=max(1, limit))
-        self._kick()
+        self._kick(host)
 
     def set_host_delay(self, host: str, delay: tuple[float, float]) -> None:
-        self.host(host).delay = delay
+        h = self.host(host)
+        h.delay = delay
+        self._longest.set(host, max(h.delay[1], h.min_delay))
         self._hset(host, lo=delay[0], hi=delay[1])
 
     def set_host_min_delay(self, host: str, seconds: float) -> None:
-        self.host(host).min_delay = seconds
+        h = self.host(host)
+        h.min_delay = seconds
+        self._longest.set(host, max(h.delay[1], h.min_delay))
         self._hset(host, min_delay=seconds)
 
     def set_host_interval(self, host: str, seconds: float) -> None:
         self.host(host).interval = seconds
-        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, _IDLE_TTL]))
-        self._kick()
+        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]))
+        self._kick(host)
 
     def pause_host(self, host: str, seconds: float) -> None:
         h = self.host(host)
         h.paused_until = max(h.paused_until, self._clock() + seconds)
         self._extend(self.keys.host(host), "paused_until", seconds)
-        self._kick()
+        self._kick(host)
 
     def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None:
         ep_id = self._ids.get(endpoint_key)
@@ -397,15 +519,15 @@ class RedisGate:
             # A cooldown for one host is its rate signal: every process learns when.
             self._signals[host] = self._clock()
             key = self.keys.host(host)
-            self._op(lambda: self._scripts["signal"](args=[key, _IDLE_TTL]))
+            self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
             self._extend(self.keys.pair(ep_id, host), "cooldown_until", seconds)
-        self._kick()
+        self._kick(host)
 
     def ban_endpoint(self, endpoint_key: str, host: str, seconds: float) -> None:
         ep_id = self._ids.get(endpoint_key)
         if ep_id is not None:
             self._extend(self.keys.pair(ep_id, host), "banned_until", seconds)
-            self._kick()
+            self._kick(host)
 
     def endpoint_failed(self, endpoint_key: str) -> None:
         st = self._endpoints.get(endpoint_key)
@@ -446,9 +568,16 @@ class RedisGate:
         stale = [lease for lease in self._leases.values() if lease.granted_at < now - max_age]
         for lease in stale:
             self.release(lease)
-        for pair in [p for p, t in self._spacing.items() if t <= now]:
-            del self._spacing[pair]
+        self._expire_spacing(now)
         return stale
+
+    def _expire_spacing(self, now: float) -> None:
+        """Forget this process's spacings that have run out, soonest first (no scan)."""
+        due = self._spacing_due
+        while due and due[0][0] <= now:
+            until, key, host = heapq.heappop(due)
+            if self._spacing.get((key, host)) == until:
+                del self._spacing[(key, host)]
 
     # -- leasing -----------------------------------------------------------
 
@@ -470,12 +599,22 @@ class RedisGate:
                 waiter.deferred.errback(SessionEndpointLost(s.lost))
                 return waiter.deferred
             s.queue.append(waiter)  # type: ignore[arg-type]
+            self._idle_sessions.pop(session, None)
         self.host(host).waiters.append(waiter)  # type: ignore[arg-type]
+        self._idle_hosts.pop(host, None)
         if tag is not None:
             held = self.keys.held(self.process_id)
-            self._op(lambda: self._client.hset(held, waiter.token, tag))
+            self._op(lambda: self._hold(held, waiter.token, tag))
         self._ensure_pump(host)
+        self._evict()
         return waiter.deferred
+
+    async def _hold(self, held: str, token: str, tag: str) -> None:
+        """List a request this process holds; the list lives as long as the heartbeat."""
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hset(held, token, tag)
+        pipe.expire(held, math.ceil(self.lease_ttl * 6))
+        await pipe.execute()
 
     def release(self, lease: Lease) -> None:
         if lease.released:
@@ -491,10 +630,12 @@ class RedisGate:
         h = self._hosts.get(lease.host)
         if h is not None and not lease.stalled:
             h.inflight -= 1
+            self._idle_host(lease.host)
         if lease.session is not None:
             s = self._sessions.get(lease.session)
             if s is not None:
                 s.busy = False
+                self._idle_session(lease.session)
 
         args = self._release_args(lease)
 
@@ -504,6 +645,7 @@ class RedisGate:
 
         self._op(send)
         self._kick()
+        self._evict()
 
     def stall(self, lease: Lease) -> bool:
         """Give *lease*'s host slot back, once and fleet-wide; its endpoint stays held.
@@ -522,6 +664,7 @@ class RedisGate:
             self._kick()
 
         self._op(send)
+        self._idle_host(lease.host)
         if self._on_stalled is not None:
             self._on_stalled(lease)
         self._kick()
@@ -544,12 +687,28 @@ class RedisGate:
         else:
             event.set()
 
-    def _kick(self) -> None:
-        for host, event in self._wakeups.items():
-            if self._hosts.get(host) is not None and self._hosts[host].waiters:
+    def _kick(self, host: str | None = None) -> None:
+        """Wake *host*'s pump, or (None: an endpoint may be free) every pump: only hosts
+        with waiters have one, so this walks what is waiting, not every host seen."""
+        for name in (host,) if host is not None else self._wakeups:
+            event = self._wakeups.get(name)  # type: ignore[arg-type]
+            h = self._hosts.get(name)  # type: ignore[arg-type]
+            if event is not None and h is not None and h.waiters:
                 event.set()
 
     async def _pump(self, host: str, event: asyncio.Event) -> None:
+        task = asyncio.current_task()
+        try:
+            await self._pump_waiters(host, event)
+        finally:
+            # A pump ends with its host's waiters: it leaves no trace behind.
+            if self._pumps.get(host) is task:
+                del self._pumps[host]
+                if self._wakeups.get(host) is event:
+                    del self._wakeups[host]
+                self._idle_host(host)
+
+    async def _pump_waiters(self, host: str, event: asyncio.Event) -> None:
         h = self._hosts[host]
         backoff = _Backoff()
         while h.waiters and not self._closed and not self._halted:
@@ -645,7 +804,7 @@ class RedisGate:
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
             self.host_concurrency, low, high, self.max_failures, self.backoff[1],
             u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
-            self._seen, self._longest_spacing(), *ids,
+            self._seen, self._longest_spacing(), self.host_ttl, *ids,
         ])
         now = self._clock()
         redis_now = self._seen = float(state[0])
@@ -678,20 +837,22 @@ class RedisGate:
                         slack if slack >= 0 else math.inf)
             # The same spacing the script drew, from the same band and the same u.
             lo, hi = h.delay
-            self._spacing[(key, host)] = now + max(lo + u * (hi - lo), h.min_delay)
+            until = self._spacing[(key, host)] = now + max(lo + u * (hi - lo), h.min_delay)
+            heapq.heappush(self._spacing_due, (until, key, host))
         elif code == "session_lost" and w.session is not None:
             key = self._by_id.get(ep_id)
             label = self._endpoints[key].endpoint.label if key else ep_id
             self._session_lost(
                 w, f"session {w.session!r} lost its endpoint {label} (POLITE_SESSION_POLICY='fail')"
             )
-        elif code == "session_wait" and w.session is not None:
+        elif code == "session_wait" and w.session is not None and w.session in self._sessions:
             self._sessions[w.session].endpoint_key = self._by_id.get(ep_id)
         return code, wait
 
     def _longest_spacing(self) -> float:
-        """The longest gap any host asks for, which a grace after a reset must cover."""
-        return max([self.delay[1], *(max(h.delay[1], h.min_delay) for h in self._hosts.values())])
+        """The longest gap any host known here asks for, which a grace after a reset must cover
+        (an evicted host has nothing in flight to re-assert)."""
+        return self._longest.value()
 
     def _mirror_health(self, health: list[str], redis_now: float, now: float) -> None:
         """Take the shared health the script saw: a death learned only from Redis
@@ -713,6 +874,7 @@ class RedisGate:
         h.limit = int(float(state[1]))
         h.delay = (float(state[2]), float(state[3]))
         h.min_delay = float(state[4])
+        self._longest.set(host, max(h.delay[1], h.min_delay))
         h.interval = float(state[5])
         h.paused_until = now + (float(state[6]) - redis_now) if float(state[6]) > redis_now else 0.0
         self._fleet_inflight[host] = int(float(state[7]))
@@ -763,9 +925,12 @@ class RedisGate:
         h = self._hosts.get(w.host)
         if h is not None and w in h.waiters:
             h.waiters.remove(w)  # type: ignore[arg-type]
+        if h is not None:
+            self._idle_host(w.host)
         s = self._sessions.get(w.session) if w.session is not None else None
         if s is not None and w in s.queue:
             s.queue.remove(w)  # type: ignore[arg-type]
+            self._idle_session(w.session)  # type: ignore[arg-type]
         if w.tag is not None and self._client is not None:
             held = self.keys.held(self.process_id)
             self._op(lambda: self._client.hdel(held, w.token))
@@ -845,7 +1010,7 @@ class RedisGate:
         async def send() -> None:
             pipe = self._client.pipeline(transaction=True)
             pipe.hset(key, mapping=fields)
-            pipe.expire(key, int(_IDLE_TTL))
+            pipe.expire(key, math.ceil(self.host_ttl))
             await pipe.execute()
 
         self._op(send)
@@ -891,6 +1056,7 @@ class RedisGate:
             except Exception:
                 # Renewals must go on whatever happened, or every lease here lapses.
                 logger.exception("scrapy-polite: lease renewal failed")
+            self._evict(None)
             await asyncio.sleep(self.lease_ttl / 3)
 
     async def _renew(self) -> None:
@@ -910,7 +1076,7 @@ class RedisGate:
                 "or they ran out while it was unreachable)", lapsed,
                 " and this process's heartbeat" if beat else "", self.label,
             )
-        swept = await self._scripts["sweep"](args=[self.keys.prefix, ORPHANS_KEPT])
+        swept = await self._scripts["sweep"](args=[self.keys.prefix, ORPHANS_KEPT, _IDLE_TTL])
         for proc, count in zip(swept[::2], swept[1::2]):
             logger.warning(
                 "scrapy-polite: process %s stopped renewing its leases; its endpoints are free again "

@@ -47,7 +47,8 @@ end
 #: backoff max, u (uniform 0..1 for the jitter), poll, repin ('1'/'0'),
 #: this process's pin of the session ('' = none), '1' if the candidates are
 #: every usable endpoint of the process, pin idle TTL, Redis time this process
-#: last heard from Redis (0: never), longest spacing, candidate endpoint ids...
+#: last heard from Redis (0: never), longest spacing, host record TTL, candidate endpoint ids...
+#: A grant keeps the host's record (``h:<host>``) for the host record TTL.
 #: A session's pin (``pin:<session>``) and its endpoint's share
 #: (``pc:<endpoint>``, session -> last use) expire after the idle TTL; a pin
 #: that is not among a complete candidate list (a later crawl with another
@@ -111,7 +112,7 @@ local function pair(id)
 end
 
 local cands, offered = {}, {}
-for i = 20, #ARGV do
+for i = 21, #ARGV do
   cands[#cands + 1] = ARGV[i]
   offered[ARGV[i]] = true
 end
@@ -203,6 +204,7 @@ local last = tonumber(prev[1])
 redis.call('HSET', pk, 'next_allowed', tostring(now + spacing), 'granted', tostring(now))
 keep(pk, spacing + 1)
 state[9] = tostring(redis.call('HINCRBY', hk, 'grants', 1))
+keep(hk, tonumber(ARGV[20]))
 state[10] = last and tostring(now - last) or '-1'
 state[11] = last and tostring(math.max(0, now - math.max(tonumber(prev[2]) or 0, last + math.max(lo, min_delay))))
   or '-1'
@@ -306,7 +308,8 @@ return 1
 
 #: Processes whose heartbeat ran out: move the requests they held to the
 #: orphans list, once (the script is atomic, so one survivor does it).
-#: The list keeps its newest entries only. ARGV: prefix, entries kept.
+#: The list keeps its newest entries only, for an idle TTL after the last one.
+#: ARGV: prefix, entries kept, idle ttl.
 #: Returns {proc, count, proc, count, ...}.
 SWEEP = _PRELUDE + """
 local p, kept = ARGV[1], tonumber(ARGV[2])
@@ -325,7 +328,10 @@ for _, proc in ipairs(dead) do
   out[#out + 1] = proc
   out[#out + 1] = n
 end
-if #out > 0 then redis.call('LTRIM', p .. 'orphans', -kept, -1) end
+if #out > 0 then
+  redis.call('LTRIM', p .. 'orphans', -kept, -1)
+  redis.call('EXPIRE', p .. 'orphans', math.ceil(tonumber(ARGV[3])))
+end
 return out
 """
 

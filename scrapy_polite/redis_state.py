@@ -81,24 +81,31 @@ def endpoint_id(ident: str) -> str:
 
 
 class Keys:
-    """Redis key names under one namespace."""
+    """Redis key names under one namespace.
+
+    Every key expires when idle or is deleted by its owner (the README's Redis section
+    lists each one's lifetime and size), so a namespace does not grow with the hosts
+    ever crawled.
+    """
 
     def __init__(self, namespace: str) -> None:
         self.prefix = f"{namespace}:"
 
     def host(self, host: str) -> str:
-        """Hash: limit, delay band, min_delay, interval, next_start, paused_until, grants."""
+        """Hash: limit, delay band, min_delay, interval, next_start, paused_until, grants, last_signal;
+        lives ``POLITE_STATE_HOST_TTL`` after its last grant or change (a pause: at least to its end)."""
         return f"{self.prefix}h:{host}"
 
     def host_leases(self, host: str) -> str:
-        """Sorted set: lease token -> expiry (Redis time)."""
+        """Sorted set: lease token -> expiry (Redis time); two lease TTLs after its last lease."""
         return f"{self.prefix}hl:{host}"
 
     def endpoint(self, ep_id: str) -> str:
-        """Hash: failures, unhealthy_until."""
+        """Hash: failures, unhealthy_until; a day after its last failure or cooldown."""
         return f"{self.prefix}e:{ep_id}"
 
     def endpoint_leases(self, ep_id: str) -> str:
+        """Sorted set: lease token -> expiry (Redis time); two lease TTLs after its last lease."""
         return f"{self.prefix}el:{ep_id}"
 
     def pair(self, ep_id: str, host: str) -> str:
@@ -107,15 +114,21 @@ class Keys:
         return f"{self.prefix}p:{ep_id}:{host}"
 
     def session_lock(self, session: str) -> str:
+        """String: the token of the lease a session's step holds; deleted by its release, else a lease TTL."""
         return f"{self.prefix}sl:{session}"
 
     def released(self, token: str) -> str:
         """String, for two lease TTLs: the lease was released, so a late renewal leaves it alone."""
         return f"{self.prefix}rel:{token}"
 
+    def stalled(self, token: str) -> str:
+        """String, for two lease TTLs: the lease stalled, so a renewal does not give it its host slot back."""
+        return f"{self.prefix}stl:{token}"
+
     @property
     def alive(self) -> str:
-        """Hash: at (last touch), since (start of this record), grace (no new lease before)."""
+        """Hash: at (last touch), since (start of this record), grace (no new lease before);
+        a day after its last touch, deleted by the last process to leave."""
         return f"{self.prefix}alive"
 
     def pin(self, session: str) -> str:
@@ -123,28 +136,32 @@ class Keys:
         return f"{self.prefix}pin:{session}"
 
     def pin_sessions(self, ep_id: str) -> str:
-        """Sorted set: session -> last use, of the sessions pinned to an endpoint (trimmed by age)."""
+        """Sorted set: session -> last use, of the sessions pinned to an endpoint (trimmed by age);
+        a pin TTL after its last pin."""
         return f"{self.prefix}pc:{ep_id}"
 
     @property
     def procs(self) -> str:
-        """Sorted set: process id -> heartbeat expiry (Redis time)."""
+        """Sorted set: process id -> heartbeat expiry (Redis time); six lease TTLs after the last
+        renewal, a process leaves it on a clean exit or when swept."""
         return f"{self.prefix}procs"
 
     def held(self, proc: str) -> str:
-        """Hash: waiter token -> URL of a request the process holds (waiting or in flight)."""
+        """Hash: waiter token -> URL of a request the process holds (waiting or in flight); six lease
+        TTLs after the last renewal or hold, deleted on a clean exit or by the sweep."""
         return f"{self.prefix}held:{proc}"
 
     @property
     def orphans(self) -> str:
-        """List of JSON records: requests held by a process that stopped without releasing them."""
+        """List of JSON records: requests held by a process that stopped without releasing them;
+        the newest 100,000, for a day after the last one."""
         return f"{self.prefix}orphans"
 
     def stats(self, proc: str) -> str:
-        """Hash: one process's published stats snapshot."""
+        """Hash: one process's published stats snapshot; seven days."""
         return f"{self.prefix}stats:{proc}"
 
     @property
     def stats_procs(self) -> str:
-        """Sorted set: process id -> time of its last stats snapshot."""
+        """Sorted set: process id -> time of its last stats snapshot; seven days, expired entries trimmed."""
         return f"{self.prefix}statsprocs"

@@ -71,7 +71,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
     check_reachable(cfg.state)
     return RedisGate(
         cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
-        lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, poll=cfg.state_poll,
+        lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, host_ttl=cfg.state_host_ttl, poll=cfg.state_poll,
         outage_timeout=cfg.state_outage_timeout, **common,
     )
 
