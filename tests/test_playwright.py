@@ -12,7 +12,6 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_twisted
 import scrapy
-from conftest import crawl
 from faultcheck import assert_no_traceback, fault_crawl
 
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -27,14 +26,13 @@ try:
 except ImportError:
     MISSING = "scrapy-playwright is not installed (pip install 'scrapy-polite[playwright]')"
 
-pytestmark = [pytest.mark.browser]
-
 HANDLER = "scrapy_playwright.handler.ScrapyPlaywrightDownloadHandler"
 RICH_RE = re.compile(r"^/(?:rich|asset/rich-|api/rich)/?(\d+)")
 
 
-@pytest.fixture(autouse=True)
-def _browser() -> None:
+@pytest.fixture
+def browser() -> None:
+    """Skips a browser test where Chromium or scrapy-playwright is missing (fails where they are required)."""
     if MISSING is not None:
         if REQUIRED:
             pytest.fail(f"{MISSING} (POLITE_TEST_REQUIRE_BROWSER=1)")
@@ -97,20 +95,21 @@ class RichSpider(scrapy.Spider):
         }
 
 
+@pytest.mark.browser
 @pytest_twisted.ensureDeferred
 async def test_page_and_sub_resources_leave_through_the_leased_endpoint_one_page_at_a_time(
-    sandbox, tmp_path
+    sandbox, tmp_path, browser
 ) -> None:
-    sb = sandbox(SandboxConfig(sites=[site(pages=12)], proxies=ProxyConfig(count=4, gateway=False)))
+    sb = sandbox(SandboxConfig(sites=[site(pages=8)], proxies=ProxyConfig(count=4, gateway=False)))
     jsonl = tmp_path / "attempts.jsonl"
     run = await fault_crawl(
         RichSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=4,
                                      POLITE_STATS_JSONL=str(jsonl)),
-        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="12",
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="8",
     )
     log = sb.log()
     items = {i["n"]: i for i in run.result.items}
-    assert sorted(items) == list(range(1, 13))
+    assert sorted(items) == list(range(1, 9))
     exit_ip = exit_ips(sb)
     by_page: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for e in log:
@@ -134,10 +133,191 @@ async def test_page_and_sub_resources_leave_through_the_leased_endpoint_one_page
         assert all(b[0] >= a[1] for a, b in zip(ss, ss[1:])), (ip, ss)
     assert len(spans) == 4  # the whole pool rendered
     stats = run.stats
-    assert stats["polite/rendered"] == 12
+    assert stats["polite/rendered"] == 8
     assert stats["playwright/context_count"] == 4  # one context per endpoint, not per page
     import json
 
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert len(records) == 12 and all(r["render"] > 0 and r["exit_ip"] in exit_ip.values() for r in records)
+    assert len(records) == 8 and all(r["render"] > 0 and r["exit_ip"] in exit_ip.values() for r in records)
     assert_no_traceback(run.log_text)
+
+
+class LimitedSpider(scrapy.Spider):
+    """Renders /limited/1..pages (each answers 429 once), keeping the page to check it is fresh."""
+
+    name = "limited"
+
+    def __init__(self, start_url: str = "", pages: str = "4", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.start_url, self.pages = start_url, int(pages)
+        self.page_ids: list[int] = []
+
+    async def start(self):
+        for n in range(1, self.pages + 1):
+            yield scrapy.Request(
+                f"{self.start_url}/limited/{n}", meta={"playwright": True, "playwright_include_page": True}
+            )
+
+    async def parse(self, response):
+        page = response.meta["playwright_page"]
+        self.page_ids.append(id(page))
+        await page.close()
+        yield {"url": response.url, "status": response.status, "requeues": response.meta.get("polite_requeues")}
+
+
+@pytest.mark.browser
+@pytest_twisted.ensureDeferred
+async def test_a_429_on_the_document_re_queues_it_with_a_fresh_page(sandbox, tmp_path, browser) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=4)], proxies=ProxyConfig(count=4, gateway=False)))
+    run = await fault_crawl(
+        LimitedSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=4),
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="4",
+    )
+    log = sorted((e for e in sb.log() if e["path"].startswith("/limited/")), key=lambda e: e["t_start"])
+    by_path: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in log:
+        by_path[e["path"]].append(e)
+    assert sorted(by_path) == [f"/limited/{n}" for n in range(1, 5)]
+    for path, entries in by_path.items():
+        # One 429, then one 200 after the Retry-After (1 s): re-queued, not retried at once, not lost.
+        assert [e["status"] for e in entries] == [429, 200], (path, entries)
+        assert entries[1]["t_start"] - entries[0]["t_end"] >= 1.0 - 0.05
+    items = run.result.items
+    assert len(items) == 4 and all(i["status"] == 200 and i["requeues"] == 1 for i in items)
+    stats = run.stats
+    assert stats["polite/requeued/rate"] == 4
+    # Each attempt had a page of its own: the 429's page was closed, not reused.
+    assert stats["playwright/page_count"] == 8
+    assert len(set(run.result.crawler.spider.page_ids)) == 4
+    assert_no_traceback(run.log_text)
+
+
+class BrowserLoginSpider(scrapy.Spider):
+    """Per user: /login/js (the page's script sets the session cookie), then /account, /account/orders."""
+
+    name = "browser_login"
+
+    def __init__(self, start_url: str = "", users: str = "4", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.start_url, self.users = start_url, int(users)
+
+    def _req(self, path: str, user: str, callback: Any) -> scrapy.Request:
+        return scrapy.Request(
+            f"{self.start_url}{path}", callback=callback, dont_filter=True,
+            meta={"playwright": True, "polite_session": user, "user": user},
+        )
+
+    async def start(self):
+        for k in range(1, self.users + 1):
+            yield self._req(f"/login/js?user=u{k}", f"u{k}", self.after_login)
+
+    def after_login(self, response):
+        yield self._req("/account", response.meta["user"], self.after_account)
+
+    def after_account(self, response):
+        yield self._req("/account/orders", response.meta["user"], self.done)
+
+    def done(self, response):
+        yield {"user": response.meta["user"], "status": response.status,
+               "shown": response.css("span.user::text").get(), "endpoint": response.meta["polite_endpoint"]}
+
+
+@pytest.mark.browser
+@pytest_twisted.ensureDeferred
+async def test_a_login_flow_in_one_session_keeps_its_cookies_and_exit_ip_across_context_eviction(
+    sandbox, tmp_path, browser
+) -> None:
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=4, gateway=False)))
+    # Two contexts for four sessions: a session's context is closed between its steps and reopened
+    # with the cookies the page's script set, which only the browser holds.
+    run = await fault_crawl(
+        BrowserLoginSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=4,
+                                             POLITE_PLAYWRIGHT_MAX_CONTEXTS=2),
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), users="4",
+    )
+    log = sorted((e for e in sb.log() if e["path"] != "/favicon.ico"), key=lambda e: e["t_start"])
+    assert {e["status"] for e in log} == {200}, [e for e in log if e["status"] != 200]
+    ips: dict[str, set[str]] = defaultdict(set)
+    steps: dict[str, list[str]] = defaultdict(list)
+    for e in log:
+        if e.get("user"):
+            ips[e["user"]].add(e["ip"])
+            steps[e["user"]].append(e["path"].split("?")[0])
+    assert sorted(steps) == ["u1", "u2", "u3", "u4"]
+    assert all(s == ["/login/js", "/account", "/account/orders"] for s in steps.values()), steps
+    assert all(len(v) == 1 for v in ips.values()), ips
+    items = run.result.items
+    assert sorted(i["user"] for i in items) == ["u1", "u2", "u3", "u4"]
+    assert all(i["status"] == 200 and i["shown"] == i["user"] for i in items)
+    stats = run.stats
+    assert stats["playwright/context_count/max_concurrent"] <= 2
+    assert stats.get("polite/playwright/contexts_closed", 0) >= 1  # the bound was in force
+    assert_no_traceback(run.log_text)
+
+
+class ManySpider(scrapy.Spider):
+    """Renders /item/1..pages; at idle, counts the browser's open contexts."""
+
+    name = "many"
+
+    def __init__(self, start_url: str = "", pages: str = "200", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.start_url, self.pages = start_url, int(pages)
+        self.open_contexts: list[int] = []
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> ManySpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        crawler.signals.connect(spider._idle, signal=scrapy.signals.spider_idle)
+        return spider
+
+    def _idle(self) -> None:
+        handlers = self.crawler.engine.downloader.handlers._handlers.values()
+        for h in handlers:
+            if getattr(h, "browser", None) is not None:
+                self.open_contexts.append(len(h.browser.contexts))
+
+    async def start(self):
+        for n in range(1, self.pages + 1):
+            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={"playwright": True})
+
+    def parse(self, response):
+        yield {"n": int(response.css("span.id::text").get())}
+
+
+@pytest.mark.browser
+@pytest_twisted.ensureDeferred
+async def test_contexts_do_not_leak_over_a_200_page_crawl(sandbox, tmp_path, browser) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=200, latency=[0.0, 0.0])], proxies=ProxyConfig(count=8, gateway=False)))
+    run = await fault_crawl(
+        ManySpider, browser_settings(sb, POLITE_DELAY=(0.01, 0.02), POLITE_HOST_CONCURRENCY=6,
+                                     POLITE_PLAYWRIGHT_MAX_CONTEXTS=6, LOG_LEVEL="INFO"),
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="200",
+    )
+    assert sorted(i["n"] for i in run.result.items) == list(range(1, 201))
+    stats = run.stats
+    assert stats["playwright/page_count"] == 200 and stats["playwright/page_count/closed"] == 200
+    # Eight endpoints, six contexts at most: contexts are closed to make room, never piled up.
+    assert stats["playwright/context_count/max_concurrent"] <= 6
+    assert stats["playwright/context_count"] - stats.get("polite/playwright/contexts_closed", 0) <= 6
+    opened = run.result.crawler.spider.open_contexts
+    assert opened and max(opened) <= 6
+    # Every page came from an exit IP of the pool.
+    assert {e["ip"] for e in sb.log()} <= set(sb.proxy_exit_ips)
+    assert_no_traceback(run.log_text)
+
+
+@pytest.mark.browser
+@pytest_twisted.ensureDeferred
+async def test_blocked_resource_types_never_reach_the_site(sandbox, tmp_path, browser) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=3)], proxies=ProxyConfig(count=3, gateway=False)))
+    run = await fault_crawl(
+        RichSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=3,
+                                     POLITE_PLAYWRIGHT_BLOCK=["image", "stylesheet"]),
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="3",
+    )
+    paths = [e["path"] for e in sb.log()]
+    assert not [p for p in paths if p.endswith((".png", ".css"))], paths
+    assert sum(p.endswith(".js") for p in paths) == 3 and sum(p.startswith("/api/") for p in paths) == 3
+    assert len(run.result.items) == 3
+    assert run.stats["playwright/request_count/aborted"] == 6
