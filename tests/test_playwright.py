@@ -13,9 +13,9 @@ import pytest
 import pytest_twisted
 import scrapy
 from conftest import crawl
-from faultcheck import assert_no_traceback, fault_crawl
+from faultcheck import assert_no_traceback, assert_pages_accounted, fault_crawl
 
-from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
 
 #: CI installs Chromium and scrapy-playwright and sets this, so a missing one fails there instead of skipping.
 REQUIRED = os.environ.get("POLITE_TEST_REQUIRE_BROWSER") == "1"
@@ -364,3 +364,39 @@ def test_playwright_settings_are_validated() -> None:
     assert cfg(POLITE_PLAYWRIGHT_BLOCK="image font").playwright_block == {"image", "font"}
     with pytest.raises(PoliteConfigError, match="POLITE_PLAYWRIGHT_BLOCK"):
         cfg(POLITE_PLAYWRIGHT_BLOCK=["document"])
+
+
+class ItemsSpider(scrapy.Spider):
+    """Renders /item/1..pages."""
+
+    name = "items"
+
+    def __init__(self, start_url: str = "", pages: str = "6", **kw: Any) -> None:
+        super().__init__(**kw)
+        self.start_url, self.pages = start_url, int(pages)
+
+    async def start(self):
+        for n in range(1, self.pages + 1):
+            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={"playwright": True})
+
+    def parse(self, response):
+        yield {"n": int(response.css("span.id::text").get())}
+
+
+@pytest.mark.browser
+@pytest_twisted.ensureDeferred
+async def test_a_proxy_the_browser_cannot_reach_is_blamed_and_its_page_rendered_elsewhere(
+    sandbox, tmp_path, browser
+) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=6)], proxies=ProxyConfig(count=3, gateway=False),
+                               failures=[FailureSpec(proxy=0, mode="refuse")]))
+    run = await fault_crawl(
+        ItemsSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=3),
+        tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="6",
+    )
+    log = sb.log()
+    assert_pages_accounted(run, log, range(1, 7))
+    assert not run.gave_up and sorted(i["n"] for i in run.result.items) == list(range(1, 7))
+    assert sb.proxy_exit_ips[0] not in {e["ip"] for e in log}
+    assert run.stats["polite/requeued/proxy"] >= 1 and run.stats["polite/endpoint_failures"] >= 1
+    assert "ERR_PROXY_CONNECTION_FAILED" in run.log_text
