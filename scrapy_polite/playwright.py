@@ -203,7 +203,9 @@ class Contexts:
         return st is None or bool(getattr(st, "removed", False))
 
     async def _close(self, handler: Any, name: str, why: str) -> None:
-        wrapper = handler.context_wrappers.get(name)
+        # Out of the handler's list at once: a request bound meanwhile finds it gone and waits for
+        # the room lock, so it gets the saved storage instead of a page in a closing context.
+        wrapper = handler.context_wrappers.pop(name, None)
         if wrapper is None:
             return
         if "|session=" in name:
@@ -215,7 +217,6 @@ class Contexts:
             await wrapper.context.close()
         except Exception as exc:
             logger.debug("scrapy-polite: closing context %s failed: %s", name, exc)
-        handler.context_wrappers.pop(name, None)
         self.last_used.pop(name, None)
         self.endpoint_of.pop(name, None)
         self.stats.inc_value("polite/playwright/contexts_closed")
