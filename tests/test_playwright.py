@@ -299,7 +299,7 @@ async def test_contexts_do_not_leak_over_a_200_page_crawl(sandbox, tmp_path, bro
     # A plain crawl at INFO: at DEBUG, scrapy-playwright logs every browser request and answer.
     result = await crawl(
         ManySpider, browser_settings(sb, POLITE_DELAY=(0.01, 0.02), POLITE_HOST_CONCURRENCY=8,
-                                     POLITE_PLAYWRIGHT_MAX_CONTEXTS=8, CLOSESPIDER_TIMEOUT=150),
+                                     POLITE_PLAYWRIGHT_MAX_CONTEXTS=8, CLOSESPIDER_TIMEOUT=250),
         start_url=sb.site_url("a"), pages="200",
     )
     assert sorted(i["n"] for i in result.items) == list(range(1, 201))
