@@ -72,23 +72,34 @@ def rich_page(e: dict[str, Any]) -> int | None:
     return int(m.group(1)) if m else None
 
 
-class RichSpider(scrapy.Spider):
-    """Renders /rich/1..pages, waits for the page's fetch() answer, records the lease."""
+class PagesSpider(scrapy.Spider):
+    """Renders ``path`` for n in 1..pages, each with ``meta_for(n)``."""
 
-    name = "rich"
+    name = "pages"
+    path = "/item/{n}"
 
     def __init__(self, start_url: str = "", pages: str = "8", **kw: Any) -> None:
         super().__init__(**kw)
         self.start_url, self.pages = start_url, int(pages)
 
+    def meta_for(self, n: int) -> dict[str, Any]:
+        return {"playwright": True}
+
     async def start(self):
+        for n in range(1, self.pages + 1):
+            yield scrapy.Request(self.start_url + self.path.format(n=n), meta=self.meta_for(n))
+
+
+class RichSpider(PagesSpider):
+    """Renders /rich/1..pages, waits for the page's fetch() answer, records the lease."""
+
+    name = "rich"
+    path = "/rich/{n}"
+
+    def meta_for(self, n: int) -> dict[str, Any]:
         from scrapy_playwright.page import PageMethod
 
-        for n in range(1, self.pages + 1):
-            yield scrapy.Request(
-                f"{self.start_url}/rich/{n}",
-                meta={"playwright": True, "playwright_page_methods": [PageMethod("wait_for_selector", "#api.done")]},
-            )
+        return {"playwright": True, "playwright_page_methods": [PageMethod("wait_for_selector", "#api.done")]}
 
     def parse(self, response):
         yield {
@@ -145,21 +156,18 @@ async def test_page_and_sub_resources_leave_through_the_leased_endpoint_one_page
     assert_no_traceback(run.log_text)
 
 
-class LimitedSpider(scrapy.Spider):
+class LimitedSpider(PagesSpider):
     """Renders /limited/1..pages (each answers 429 once), keeping the page to check it is fresh."""
 
     name = "limited"
+    path = "/limited/{n}"
 
-    def __init__(self, start_url: str = "", pages: str = "4", **kw: Any) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.start_url, self.pages = start_url, int(pages)
         self.page_ids: list[int] = []
 
-    async def start(self):
-        for n in range(1, self.pages + 1):
-            yield scrapy.Request(
-                f"{self.start_url}/limited/{n}", meta={"playwright": True, "playwright_include_page": True}
-            )
+    def meta_for(self, n: int) -> dict[str, Any]:
+        return {"playwright": True, "playwright_include_page": True}
 
     async def parse(self, response):
         page = response.meta["playwright_page"]
@@ -258,14 +266,13 @@ async def test_a_login_flow_in_one_session_keeps_its_cookies_and_exit_ip_across_
     assert_no_traceback(run.log_text)
 
 
-class ManySpider(scrapy.Spider):
+class ManySpider(PagesSpider):
     """Renders /item/1..pages; at idle, counts the browser's open contexts."""
 
     name = "many"
 
-    def __init__(self, start_url: str = "", pages: str = "200", **kw: Any) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.start_url, self.pages = start_url, int(pages)
         self.open_contexts: list[int] = []
 
     @classmethod
@@ -280,12 +287,10 @@ class ManySpider(scrapy.Spider):
             if getattr(h, "browser", None) is not None:
                 self.open_contexts.append(len(h.browser.contexts))
 
-    async def start(self):
-        for n in range(1, self.pages + 1):
-            # One page in ten in a session of its own: each needs a context beyond the endpoints' ones.
-            session = {"polite_session": f"s{n}"} if n % 10 == 0 else {}
-            meta = {"playwright": True, "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"}}
-            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={**meta, **session})
+    def meta_for(self, n: int) -> dict[str, Any]:
+        # One page in ten in a session of its own: each needs a context beyond the endpoints' ones.
+        session = {"polite_session": f"s{n}"} if n % 10 == 0 else {}
+        return {"playwright": True, "playwright_page_goto_kwargs": {"wait_until": "domcontentloaded"}, **session}
 
     def parse(self, response):
         yield {"n": int(response.css("span.id::text").get())}
@@ -369,23 +374,6 @@ def test_playwright_settings_are_validated() -> None:
         cfg(POLITE_PLAYWRIGHT_BLOCK=["document"])
 
 
-class ItemsSpider(scrapy.Spider):
-    """Renders /item/1..pages."""
-
-    name = "items"
-
-    def __init__(self, start_url: str = "", pages: str = "6", **kw: Any) -> None:
-        super().__init__(**kw)
-        self.start_url, self.pages = start_url, int(pages)
-
-    async def start(self):
-        for n in range(1, self.pages + 1):
-            yield scrapy.Request(f"{self.start_url}/item/{n}", meta={"playwright": True})
-
-    def parse(self, response):
-        yield {"n": int(response.css("span.id::text").get())}
-
-
 @pytest.mark.browser
 @pytest_twisted.ensureDeferred
 async def test_a_proxy_the_browser_cannot_reach_is_blamed_and_its_page_rendered_elsewhere(
@@ -394,7 +382,7 @@ async def test_a_proxy_the_browser_cannot_reach_is_blamed_and_its_page_rendered_
     sb = sandbox(SandboxConfig(sites=[site(pages=6)], proxies=ProxyConfig(count=3, gateway=False),
                                failures=[FailureSpec(proxy=0, mode="refuse")]))
     run = await fault_crawl(
-        ItemsSpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=3),
+        ManySpider, browser_settings(sb, POLITE_DELAY=(0.05, 0.1), POLITE_HOST_CONCURRENCY=3),
         tmp_path / "crawl.log", start_url=sb.site_url("a"), pages="6",
     )
     log = sb.log()
