@@ -71,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE_HOST_TTL": HOST_TTL,
     "POLITE_STATE_POLL": 0.05,
     "POLITE_STATE_OUTAGE_TIMEOUT": 300.0,
+    "POLITE_PLAYWRIGHT_MAX_CONTEXTS": None,
+    "POLITE_PLAYWRIGHT_BLOCK": [],
 }
 
 #: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
@@ -80,6 +82,13 @@ MAX_SECONDS = 30 * 24 * 3600.0
 MAX_COUNT = 1_000_000_000
 #: Session ids per gateway template: each is an endpoint kept in memory and offered to every pin.
 MAX_GATEWAY_SESSIONS = 10_000
+#: Browser contexts the pool keeps open when neither POLITE_ nor PLAYWRIGHT_MAX_CONTEXTS says.
+PLAYWRIGHT_CONTEXTS_DEFAULT = 16
+#: Playwright's resource types that POLITE_PLAYWRIGHT_BLOCK may name (never "document": the page itself).
+PLAYWRIGHT_RESOURCE_TYPES = (
+    "stylesheet", "image", "media", "font", "script", "texttrack", "xhr", "fetch",
+    "eventsource", "websocket", "manifest", "other",
+)
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,8 @@ class PoliteConfig:
     timeout_retry_times: int = 2
     stall_timeout: float = 30.0
     report_html: str | None = None
+    playwright_max_contexts: int = PLAYWRIGHT_CONTEXTS_DEFAULT
+    playwright_block: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -212,6 +223,8 @@ class PoliteConfig:
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
             report_html=r.report_html(),
+            playwright_max_contexts=r.playwright_max_contexts(),
+            playwright_block=frozenset(r.choices("POLITE_PLAYWRIGHT_BLOCK", PLAYWRIGHT_RESOURCE_TYPES)),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -344,6 +357,29 @@ class _Reader:
         if value not in choices:
             raise PoliteConfigError(name, value, "one of " + ", ".join(repr(c) for c in choices))
         return value
+
+    def choices(self, name: str, choices: tuple[str, ...]) -> list[str]:
+        values = self.list(name)
+        bad = [v for v in values if v not in choices]
+        if bad:
+            raise PoliteConfigError(name, values, "a list of " + ", ".join(repr(c) for c in choices))
+        return values
+
+    def playwright_max_contexts(self) -> int:
+        """``POLITE_PLAYWRIGHT_MAX_CONTEXTS``: at most ``PLAYWRIGHT_MAX_CONTEXTS``, which it defaults to.
+
+        Above scrapy-playwright's own limit, a new context would wait there while
+        the pool holds its lease, for a context the pool would never close.
+        """
+        theirs = self.settings.getint("PLAYWRIGHT_MAX_CONTEXTS") or None
+        ours = self.optional_int("POLITE_PLAYWRIGHT_MAX_CONTEXTS", minimum=1, maximum=100_000)
+        if ours is None:
+            return theirs or PLAYWRIGHT_CONTEXTS_DEFAULT
+        if theirs is not None and ours > theirs:
+            raise PoliteConfigError(
+                "POLITE_PLAYWRIGHT_MAX_CONTEXTS", ours, f"an integer <= PLAYWRIGHT_MAX_CONTEXTS ({theirs})"
+            )
+        return ours
 
     def list(self, name: str) -> list[Any]:
         value = self.raw(name)

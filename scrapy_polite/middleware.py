@@ -22,6 +22,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
 from . import failures
+from . import playwright as playwright_support
 from . import signals as polite_signals
 from . import splash as splash_support
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
@@ -60,11 +61,13 @@ class PoliteProxyMiddleware:
         self._file_mtime: float | None = None
         self._loops: list[Any] = []
         self._closing = False
+        self._engine_ran = False
         self._warned_https_exit_ip = False
         self._warned_exit_ip_headers: set[str] = set()
         self.evidence = failures.EvidenceTracker(
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
         )
+        self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         rt.middleware = self
         self.gate._on_stalled = self._stalled
         self.gate._on_all_unusable = self._all_unusable
@@ -163,7 +166,10 @@ class PoliteProxyMiddleware:
         """Release waiters once the engine starts closing, so it need not wait for them."""
         engine = getattr(self.crawler, "engine", None)
         slot = getattr(engine, "_slot", None)
-        if engine is not None and (not engine.running or getattr(slot, "closing", None) is not None):
+        # The engine runs only once its engine_started handlers are done (a browser starting, say).
+        self._engine_ran = self._engine_ran or bool(getattr(engine, "running", False))
+        stopped = self._engine_ran and not engine.running
+        if engine is not None and (stopped or getattr(slot, "closing", None) is not None):
             self._closing = True
             self.gate.close("spider closing", SpiderClosing)
 
@@ -307,6 +313,10 @@ class PoliteProxyMiddleware:
             splash_support.remember_original(request)
             splash_support.set_proxy(request, lease.endpoint.url)
             meta.pop("proxy", None)
+        elif playwright_support.is_playwright(request):
+            # The browser context carries the proxy; meta['proxy'] would only add a header to the page.
+            await self.playwright.bind(request, lease)
+            meta.pop("proxy", None)
         else:
             meta["proxy"] = lease.endpoint.url
         return None
@@ -315,12 +325,14 @@ class PoliteProxyMiddleware:
         lease = request.meta.get(LEASE_KEY)
         if lease is not None:
             self.gate.release(lease)
+        self.playwright.finish(request)
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if lease is None:
             return response
         self.gate.release(lease)
+        self.playwright.finish(request)
         ep = lease.endpoint
         status = response.status
         headers = response.headers
@@ -388,6 +400,10 @@ class PoliteProxyMiddleware:
         if lease is None:
             return None
         self.gate.release(lease)
+        self.playwright.finish(request)
+        if playwright_support.is_playwright(request) and (reason := playwright_support.proxy_failure(exception)):
+            self._endpoint_failed(lease, reason)
+            return self._requeue(request, "proxy", lease, exception=exception)
         if request.meta.get("_splash_processed") and is_splash(request):
             # The connection to Splash failed, not the proxy (Splash reports proxy failures in
             # its answer): the endpoint stays healthy; RetryMiddleware decides on a retry.
@@ -617,6 +633,7 @@ class PoliteProxyMiddleware:
                 rate_limited=rate_limited,
                 proxy_side=proxy_side,
                 gave_up=gave_up,
+                render=playwright_support.render_seconds(request),
             )
         )
 

@@ -13,7 +13,8 @@ class Outcome:
     ``exit_ip`` is never ``response.ip_address`` behind a proxy (that is the
     proxy's address); ``exit_ip_source`` says where it came from:
     ``"header"`` (provider header), ``"static"`` (configured), ``"probe"``,
-    ``"direct"`` (no proxy) or ``None`` (unknown).
+    ``"direct"`` (no proxy) or ``None`` (unknown). ``render`` is set for
+    requests rendered in a browser only.
     """
 
     time: float
@@ -31,6 +32,8 @@ class Outcome:
     rate_limited: bool
     proxy_side: bool = False
     gave_up: bool = False
+    #: Seconds the attempt spent in the browser (scrapy-playwright), else None.
+    render: float | None = None
 
     @property
     def success(self) -> bool:

@@ -70,6 +70,8 @@ class Site:
         self.inflight = 0
         self.ips: dict[str, _IpState] = {}
         self.sessions: dict[str, tuple[str, str]] = {}
+        #: Paths of ``/limited/<n>`` already answered 429 once.
+        self._limited_once: set[str] = set()
         self._host_override: Any = _UNSET
         self._host_bucket = TokenBucket(None, config.host_burst, rate_fn=self.current_host_rate)
         self._server: asyncio.Server | None = None
@@ -334,6 +336,36 @@ class Site:
             r = _page(title, f'<h1>{title}</h1><span class="user">{_esc(user)}</span>')
             r.user = user
             return r
+        if p == "/login/js":
+            # The cookie is set by the page's script: only a browser that keeps it has the session.
+            user = (parse_qs(split.query).get("user") or ["anonymous"])[0]
+            new_sid = secrets.token_hex(8)
+            self.sessions[new_sid] = (user, ip)
+            reply = _page(
+                "Logged in",
+                f'<h1>Welcome</h1><span class="user">{_esc(user)}</span>'
+                f'<script>document.cookie = "sid={new_sid}; path=/";</script>',
+            )
+            reply.user = user
+            return reply
+        if p.startswith("/rich/"):
+            n = _int(p[6:])
+            if n is None or not 1 <= n <= cfg.pages:
+                return _Reply(404, b"<h1>Not Found</h1>")
+            return _rich_page(n)
+        if p.startswith("/asset/rich-"):
+            return _rich_asset(p[len("/asset/rich-"):])
+        if p.startswith("/api/rich/"):
+            n = _int(p[len("/api/rich/"):])
+            if n is None:
+                return _Reply(404, b"<h1>Not Found</h1>")
+            return _Reply(200, json.dumps({"n": n, "ip": ip}).encode(), "application/json")
+        if p.startswith("/limited/"):
+            # 429 the first time each page is asked for, then the page: a rate signal on the document.
+            if p not in self._limited_once:
+                self._limited_once.add(p)
+                return _Reply(429, b"<h1>Too Many Requests</h1><p>once</p>", extra=[("Retry-After", "1")])
+            return _page(f"Limited {p[9:]}", f'<h1>Limited {_esc(p[9:])}</h1>')
         if p == "/ip":
             return _Reply(200, json.dumps({"ip": ip}).encode(), "application/json")
         if p.startswith("/status/"):
@@ -359,6 +391,50 @@ def _wire(value: str) -> str:
 def _page(title: str, body: str) -> _Reply:
     html = f"<!DOCTYPE html><html><head><title>{title}</title></head><body>{body}</body></html>"
     return _Reply(200, html.encode())
+
+
+#: A 1x1 transparent PNG.
+_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+
+def _rich_page(n: int) -> _Reply:
+    """A page whose rendering fetches a stylesheet, a script, an image and a ``fetch()`` call.
+
+    The script fills ``#api`` with the ``/api/rich/<n>`` answer, so a renderer can wait for it.
+    """
+    head = (
+        f'<link rel="stylesheet" href="/asset/rich-{n}.css">'
+        f'<script src="/asset/rich-{n}.js"></script>'
+    )
+    body = (
+        f'<h1>Rich {n}</h1><span class="id">{n}</span><img src="/asset/rich-{n}.png" alt="">'
+        '<span id="api"></span>'
+    )
+    html = f"<!DOCTYPE html><html><head><title>Rich {n}</title>{head}</head><body>{body}</body></html>"
+    return _Reply(200, html.encode())
+
+
+def _rich_asset(name: str) -> _Reply:
+    stem, _, ext = name.rpartition(".")
+    n = _int(stem)
+    if n is None:
+        return _Reply(404, b"<h1>Not Found</h1>")
+    if ext == "css":
+        return _Reply(200, b"h1 { color: #333; }", "text/css")
+    if ext == "png":
+        return _Reply(200, _PNG, "image/png")
+    if ext == "js":
+        js = (
+            "window.addEventListener('DOMContentLoaded', function () {"
+            f" fetch('/api/rich/{n}').then(function (r) {{ return r.json(); }}).then(function (d) {{"
+            " var el = document.getElementById('api'); el.textContent = d.ip; el.className = 'done'; });"
+            " });"
+        )
+        return _Reply(200, js.encode(), "application/javascript")
+    return _Reply(404, b"<h1>Not Found</h1>")
 
 
 def _esc(s: str) -> str:
