@@ -16,6 +16,7 @@ from scrapy.settings import BaseSettings
 
 from .endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
 from .errors import PoliteConfigError
+from .memory import HOST_MEMORY
 from .redis_gate import PIN_TTL
 
 #: Defaults, also used by the add-on and documented in the README table.
@@ -69,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE_PIN_TTL": PIN_TTL,
     "POLITE_STATE_POLL": 0.05,
     "POLITE_STATE_OUTAGE_TIMEOUT": 300.0,
+    "POLITE_HOST_MEMORY": HOST_MEMORY,
+    "POLITE_STATS_TOP": 50,
+    "POLITE_STATS_SESSIONS_MAP": 1000,
 }
 
 #: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
@@ -138,6 +142,9 @@ class PoliteConfig:
     state_outage_timeout: float = 300.0
     timeout_retry_times: int = 2
     stall_timeout: float = 30.0
+    host_memory: int = HOST_MEMORY
+    stats_top: int = 50
+    stats_sessions_map: int = 1000
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -206,6 +213,9 @@ class PoliteConfig:
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
+            host_memory=r.int("POLITE_HOST_MEMORY", minimum=0, maximum=100_000_000),
+            stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
+            stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
