@@ -253,6 +253,7 @@ class LocalGate:
         self._waiting_count = 0
         self._load_listeners: list[Callable[[str, int], None]] = []
         self._evict_hooks: list[Callable[[str], None]] = []
+        self._dropped = 0  # hosts and sessions dropped since the tables were last compacted
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -328,7 +329,23 @@ class LocalGate:
     def sweep(self, limit: int | None = None) -> int:
         """Evict up to *limit* (all, for None) idle hosts and sessions that are due; return how many."""
         now = self._clock()
-        return self._sweep_hosts(now, limit) + self._sweep_sessions(now, limit)
+        done = self._sweep_hosts(now, limit) + self._sweep_sessions(now, limit)
+        if limit is None:
+            self._compact()
+        return done
+
+    def _compact(self) -> None:
+        """Rebuild the tables once more entries left them than they hold: dicts never shrink."""
+        if self._dropped <= max(1024, len(self._hosts) + len(self._sessions)):
+            return
+        self._dropped = 0
+        self._hosts = dict(self._hosts)
+        self._evict_due = dict(self._evict_due)
+        self._pairs = dict(self._pairs)
+        self._host_pairs = dict(self._host_pairs)
+        self._sessions = dict(self._sessions)
+        self._idle_sessions = OrderedDict(self._idle_sessions)
+        self._waiting_hosts = dict(self._waiting_hosts)
 
     def _sweep_hosts(self, now: float, limit: int | None) -> int:
         heap, due_at, evicted, looked = self._evict_heap, self._evict_due, 0, 0
@@ -360,6 +377,7 @@ class LocalGate:
         return quiet + PAIR_MEMORY
 
     def _evict(self, host: str, h: HostState, now: float) -> None:
+        self._dropped += 1
         del self._hosts[host]
         del self._evict_due[host]
         self._waiting_hosts.pop(host, None)
@@ -384,6 +402,7 @@ class LocalGate:
             if s.endpoint_key is not None and s.endpoint_key in self._endpoints:
                 self._endpoints[s.endpoint_key].sessions -= 1
             del self._sessions[key]
+            self._dropped += 1
             forgotten += 1
         return forgotten
 

@@ -143,11 +143,13 @@ _KEPT = ("last_decrease", "last_signal", "floor_hits", "parks", "good", "bad", "
          "bad_gap")
 
 
+_NOTHING_KEPT = tuple(getattr(_HostPolicy(last_change=0.0), name) for name in _KEPT)
+
+
 def compact(p: _HostPolicy) -> tuple[Any, ...] | None:
     """*p*'s findings as a tuple, or None when it learned nothing worth keeping."""
     kept = tuple(getattr(p, name) for name in _KEPT)
-    fresh = _HostPolicy(last_change=0.0)
-    return None if kept == tuple(getattr(fresh, name) for name in _KEPT) else kept
+    return None if kept == _NOTHING_KEPT else kept
 
 
 def restore(p: _HostPolicy, kept: tuple[Any, ...]) -> None:
@@ -177,6 +179,7 @@ class ThrottlePolicy:
         self.clock = clock
         self.notify = notify or (lambda *a: None)
         self._hosts: dict[str, _HostPolicy] = {}
+        self._dropped = 0
         #: Findings of hosts the gate evicted, bounded as the gate's (POLITE_HOST_MEMORY).
         self.memory: HostMemory[tuple[Any, ...]] = HostMemory(config.host_memory, config.state_pin_ttl)
         if hasattr(gate, "on_host_evicted"):
@@ -188,6 +191,10 @@ class ThrottlePolicy:
         kept = compact(p) if p is not None else None
         if kept is not None:
             self.memory.remember(host, kept, self.clock())
+        self._dropped += 1
+        if self._dropped > max(1024, len(self._hosts)):  # a dict never shrinks: rebuild it
+            self._dropped = 0
+            self._hosts = dict(self._hosts)
 
     # -- answers ------------------------------------------------------------
 

@@ -1,0 +1,144 @@
+"""Broad-crawl micro-benchmark of ``LocalGate`` plus ``ThrottlePolicy`` on a fake clock.
+
+One request to each of N hosts (acquire, release, a clean answer to the
+throttle), 1 ms of fake time apart, then the hosts go idle and are evicted.
+Reports µs per request and the memory held after eviction (tracemalloc, so
+only Python objects the gate and throttle keep), at 1, 1k, 100k and 1M hosts,
+and at 1M sessions to one host. Each figure is the median of ``--runs`` runs
+(default 3); the 1M cases time a sample of the requests.
+
+``python benchmarks/broad_bench.py [--runs 3] [--max 1000000]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scrapy.settings import Settings  # noqa: E402
+
+from scrapy_polite.config import PoliteConfig  # noqa: E402
+from scrapy_polite.endpoints import Endpoint  # noqa: E402
+from scrapy_polite.gate import LocalGate  # noqa: E402
+from scrapy_polite.memory import HOST_MEMORY  # noqa: E402
+from scrapy_polite.throttle import ThrottlePolicy  # noqa: E402
+
+ENDPOINTS = 8
+#: Every host learns a limit (as after a 429): the host memory fills to its bound.
+LEARNED_LIMIT = 3
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def build(clock: FakeClock) -> tuple[LocalGate, ThrottlePolicy]:
+    urls = [f"http://10.0.0.{i}:8000" for i in range(ENDPOINTS)]
+    cfg = PoliteConfig.from_settings(Settings({"POLITE_PROXIES": urls, "POLITE_DELAY": 0}))
+    gate = LocalGate(
+        [Endpoint(key=u, url=u, label=u) for u in urls], host_concurrency=2, endpoint_concurrency=1,
+        delay=(0.0, 0.0), backoff=(2.0, 120.0), max_failures=5, call_later=lambda d, f: None, clock=clock,
+        rng=random.Random(1), host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl,
+    )
+    return gate, ThrottlePolicy(cfg, gate, clock=clock)
+
+
+def one_run(n: int, sessions: bool, sample: int | None, trace: bool) -> dict[str, float]:
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0] if trace else 0
+    clock = FakeClock()
+    gate, policy = build(clock)
+    got: list[Any] = []
+    grab = got.append
+    timed_from = 0 if sample is None else max(0, n - sample)
+    t0 = 0.0
+    for i in range(n):
+        if i == timed_from:
+            t0 = time.perf_counter()
+        clock.now += 0.001
+        host, session = ("h", f"s{i}") if sessions else (f"host{i}.example", None)
+        gate.acquire(host, session).addCallback(grab)
+        lease = got.pop()
+        if not sessions:
+            gate.set_host_limit(host, LEARNED_LIMIT)
+        gate.release(lease)
+        policy.ok(host, 200, gap=lease.gap, granted_at=lease.granted_at)
+    elapsed = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1] - base if trace else 0
+    clock.now += 2 * gate.session_ttl  # idle: everything may go
+    gate.sweep()
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base if trace else 0
+    if trace:
+        tracemalloc.stop()
+    return {
+        "us_per_request": elapsed / (n - timed_from) * 1e6,
+        "peak_bytes": peak,
+        "bytes_after_eviction": held,
+        "hosts_live": len(gate.hosts),
+        "sessions_live": len(gate.sessions()),
+        "hosts_remembered": len(gate.memory),
+    }
+
+
+def case(n: int, sessions: bool, runs: int) -> dict[str, Any]:
+    sample = 100_000 if n > 100_000 else None
+    timed = [one_run(n, sessions, sample, trace=False) for _ in range(runs)]
+    traced = [one_run(n, sessions, sample, trace=True) for _ in range(1 if n > 100_000 else runs)]
+    return {
+        "n": n,
+        "sessions": sessions,
+        "us_per_request": statistics.median(r["us_per_request"] for r in timed),
+        "peak_bytes": statistics.median(r["peak_bytes"] for r in traced),
+        "bytes_after_eviction": statistics.median(r["bytes_after_eviction"] for r in traced),
+        "hosts_live": timed[-1]["hosts_live"],
+        "sessions_live": timed[-1]["sessions_live"],
+        "hosts_remembered": timed[-1]["hosts_remembered"],
+    }
+
+
+def memory_bound_bytes() -> float:
+    """What a full host memory (``POLITE_HOST_MEMORY`` records, gate and throttle) holds."""
+    return one_run(HOST_MEMORY, False, None, trace=True)["bytes_after_eviction"]
+
+
+def bench(runs: int = 3, largest: int = 1_000_000) -> dict[str, Any]:
+    sizes = [s for s in (1, 1000, 100_000, 1_000_000) if s <= largest]
+    hosts = [case(n, False, runs) for n in sizes]
+    sess = case(largest, True, runs)
+    one = hosts[0]
+    bound = memory_bound_bytes()
+    checks = []
+    for c in [*hosts, sess]:
+        ratio = c["us_per_request"] / one["us_per_request"]
+        allowed = 2 * one["bytes_after_eviction"] + bound
+        checks.append({
+            "case": f"{c['n']} {'sessions' if c['sessions'] else 'hosts'}",
+            "cost_ratio": round(ratio, 2), "cost_ok": ratio <= 1.5,
+            "memory_ok": c["bytes_after_eviction"] <= allowed, "memory_allowed_bytes": allowed,
+        })
+    return {"hosts": hosts, "sessions": sess, "host_memory_bytes": bound, "checks": checks}
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--max", type=int, default=1_000_000)
+    ns = ap.parse_args()
+    print(json.dumps(bench(ns.runs, ns.max), indent=1))
