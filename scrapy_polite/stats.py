@@ -154,13 +154,17 @@ class _Counts:
 
 
 class HostStats(_Counts):
-    """Per-host counts plus a latency histogram and requests per exit IP."""
+    """Per-host counts plus a latency histogram and requests per exit IP.
+
+    The histogram (about 18 KB) only for the first ``POLITE_STATS_TOP`` hosts:
+    a broad crawl's hosts keep their counts at a few hundred bytes each.
+    """
 
     __slots__ = ("latency", "exit_ips")
 
-    def __init__(self) -> None:
+    def __init__(self, latency: bool = True) -> None:
         super().__init__()
-        self.latency = _histogram(_DIGITS_HOST)
+        self.latency: HdrHistogram | None = _histogram(_DIGITS_HOST) if latency else None
         self.exit_ips: Counter[str] = Counter()
 
 
@@ -289,7 +293,7 @@ class PoliteStats:
             inc(f"polite/exception/{outcome.exception}")
         h = self.hosts.get(host)
         if h is None:
-            h = self.hosts[host] = HostStats()
+            h = self.hosts[host] = HostStats(latency=len(self.hosts) < self.config.stats_top)
         h.add(label, ok, limited, ban)
         if endpoint:
             e = self.endpoints.get(endpoint)
@@ -302,7 +306,8 @@ class PoliteStats:
         if outcome.latency is not None:
             ms = max(1, _ms(outcome.latency))
             self.latency.record_value(ms)
-            h.latency.record_value(ms)
+            if h.latency is not None:
+                h.latency.record_value(ms)
         if outcome.endpoint:
             self.wait.record_value(_ms(outcome.wait))
         if self._jsonl_path:
@@ -430,7 +435,8 @@ class PoliteStats:
 
     def percentile(self, p: float, host: str | None = None) -> float | None:
         """Download latency percentile in seconds (overall or for *host*)."""
-        return _percentile(self.latency if host is None else self.hosts[host].latency, p)
+        hist = self.latency if host is None else self.hosts[host].latency
+        return None if hist is None else _percentile(hist, p)
 
     def summary(self) -> dict[str, Any]:
         now = time.time()
