@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gate_bench import FakeClock  # noqa: E402
 from scrapy.settings import Settings  # noqa: E402
 
 from scrapy_polite.config import PoliteConfig  # noqa: E402
@@ -38,14 +39,6 @@ from scrapy_polite.throttle import ThrottlePolicy  # noqa: E402
 ENDPOINTS = 8
 #: Every host learns a limit (as after a 429): the host memory fills to its bound.
 LEARNED_LIMIT = 3
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def build(clock: FakeClock) -> tuple[LocalGate, ThrottlePolicy]:
