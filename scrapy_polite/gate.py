@@ -346,6 +346,8 @@ class LocalGate:
         self._sessions = dict(self._sessions)
         self._idle_sessions = OrderedDict(self._idle_sessions)
         self._waiting_hosts = dict(self._waiting_hosts)
+        self._evict_heap = list(self._evict_heap)
+        self.memory.compact()
 
     def _sweep_hosts(self, now: float, limit: int | None) -> int:
         heap, due_at, evicted, looked = self._evict_heap, self._evict_due, 0, 0

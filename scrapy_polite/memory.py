@@ -55,6 +55,10 @@ class HostMemory(Generic[T]):
             return None
         return entry[1]
 
+    def compact(self) -> None:
+        """Rebuild the table: after many evictions an OrderedDict keeps the room they took."""
+        self._records = OrderedDict(self._records)
+
     def age(self, key: str, now: float) -> float | None:
         entry = self._records.get(key)
         return None if entry is None else now - entry[0]
