@@ -37,6 +37,8 @@ from scrapy_polite.memory import HOST_MEMORY  # noqa: E402
 from scrapy_polite.throttle import ThrottlePolicy  # noqa: E402
 
 ENDPOINTS = 8
+#: Requests of the 1-host case, the per-request baseline.
+ONE_HOST_REQUESTS = 20_000
 #: Every host learns a limit (as after a 429): the host memory fills to its bound.
 LEARNED_LIMIT = 3
 
@@ -69,7 +71,7 @@ def deep_size(*roots: Any) -> int:
     return total
 
 
-def one_run(n: int, sessions: bool, sample: int | None, trace: bool) -> dict[str, Any]:
+def one_run(n: int, sessions: bool, sample: int | None, trace: bool, requests: int | None = None) -> dict[str, Any]:
     gc.collect()
     if trace:
         tracemalloc.start()
@@ -78,13 +80,14 @@ def one_run(n: int, sessions: bool, sample: int | None, trace: bool) -> dict[str
     gate, policy = build(clock)
     got: list[Any] = []
     grab = got.append
-    windows = [0] if sample is None else [max(0, n - k * sample) for k in (3, 2, 1)]
+    total = requests or n
+    windows = [0] if sample is None else [max(0, total - k * sample) for k in (3, 2, 1)]
     marks: list[float] = []
-    for i in range(n):
+    for i in range(total):
         if i in windows:
             marks.append(time.perf_counter())
         clock.now += 0.001
-        host, session = ("h", f"s{i}") if sessions else (f"host{i}.example", None)
+        host, session = ("h", f"s{i}") if sessions else (f"host{i % n}.example", None)
         gate.acquire(host, session).addCallback(grab)
         lease = got.pop()
         if not sessions:
@@ -92,7 +95,7 @@ def one_run(n: int, sessions: bool, sample: int | None, trace: bool) -> dict[str
         gate.release(lease)
         policy.ok(host, 200, gap=lease.gap, granted_at=lease.granted_at)
     marks.append(time.perf_counter())
-    per = (n - windows[0]) / len(windows)
+    per = (total - windows[0]) / len(windows)
     costs = [(b - a) / per * 1e6 for a, b in zip(marks, marks[1:])]
     peak = tracemalloc.get_traced_memory()[1] - base if trace else 0
     clock.now += 2 * gate.session_ttl  # idle: everything may go
@@ -112,9 +115,11 @@ def one_run(n: int, sessions: bool, sample: int | None, trace: bool) -> dict[str
 
 
 def case(n: int, sessions: bool, runs: int) -> dict[str, Any]:
+    """*n* hosts (or sessions), one request each; one host gets ``ONE_HOST_REQUESTS`` requests."""
     sample = 100_000 if n > 100_000 else None
-    timed = [one_run(n, sessions, sample, trace=False) for _ in range(1 if n > 100_000 else runs)]
-    traced = timed if n > 100_000 else [one_run(n, sessions, sample, trace=True) for _ in range(runs)]
+    requests = ONE_HOST_REQUESTS if n == 1 else None
+    timed = [one_run(n, sessions, sample, False, requests) for _ in range(1 if n > 100_000 else runs)]
+    traced = timed if n > 100_000 else [one_run(n, sessions, sample, True, requests) for _ in range(runs)]
     return {
         "n": n,
         "sessions": sessions,
