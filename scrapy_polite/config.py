@@ -16,6 +16,7 @@ from scrapy.settings import BaseSettings
 
 from .endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
 from .errors import PoliteConfigError
+from .memory import HOST_MEMORY
 from .redis_gate import HOST_TTL, PIN_TTL
 
 #: Defaults, also used by the add-on and documented in the README table.
@@ -73,6 +74,9 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_STATE_OUTAGE_TIMEOUT": 300.0,
     "POLITE_PLAYWRIGHT_MAX_CONTEXTS": None,
     "POLITE_PLAYWRIGHT_BLOCK": [],
+    "POLITE_HOST_MEMORY": HOST_MEMORY,
+    "POLITE_STATS_TOP": 50,
+    "POLITE_STATS_SESSIONS_MAP": 1000,
 }
 
 #: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
@@ -153,6 +157,9 @@ class PoliteConfig:
     report_html: str | None = None
     playwright_max_contexts: int = PLAYWRIGHT_CONTEXTS_DEFAULT
     playwright_block: frozenset[str] = frozenset()
+    host_memory: int = HOST_MEMORY
+    stats_top: int = 50
+    stats_sessions_map: int = 1000
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -225,6 +232,9 @@ class PoliteConfig:
             report_html=r.report_html(),
             playwright_max_contexts=r.playwright_max_contexts(),
             playwright_block=frozenset(r.choices("POLITE_PLAYWRIGHT_BLOCK", PLAYWRIGHT_RESOURCE_TYPES)),
+            host_memory=r.int("POLITE_HOST_MEMORY", minimum=0, maximum=100_000_000),
+            stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
+            stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()

@@ -51,7 +51,7 @@ def snapshot(stats: Any, finished: bool = False, summary: dict[str, Any] | None 
     s["histograms"] = {
         "latency": _encode(stats.latency),
         "wait": _encode(stats.wait),
-        "hosts": {host: _encode(h.latency) for host, h in stats.hosts.items()},
+        "hosts": {host: _encode(h.latency) for host, h in stats.hosts.items() if h.latency is not None},
     }
     return s
 

@@ -12,6 +12,7 @@ reactor, so the gate enforces every limit itself: requests wait here, in
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import random
@@ -25,6 +26,7 @@ from twisted.internet.defer import Deferred
 
 from .endpoints import Endpoint
 from .errors import NoUsableEndpoints, SessionEndpointLost
+from .memory import HOST_MEMORY, HostMemory
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +35,12 @@ CallLater = Callable[[float, Callable[[], None]], object]
 #: An (endpoint, host) pair is remembered this long after its timers run out,
 #: so the next request through it knows its gap (the Redis keys live as long).
 PAIR_MEMORY = 1.0
+#: Idle hosts and sessions looked at per acquire and per release: eviction keeps
+#: pace with the requests that create state, at a constant cost per request.
+SWEEP = 2
+#: A host's learned limits, kept after eviction: (concurrency, spacing band,
+#: minimum spacing, host interval).
+Learned = tuple[int, tuple[float, float], float, float]
 
 
 @dataclass
@@ -202,6 +210,8 @@ class LocalGate:
         removal_grace: float = 0.0,
         stall_timeout: float = 0.0,
         on_stalled: Callable[[Lease], None] | None = None,
+        host_memory: int = HOST_MEMORY,
+        memory_ttl: float = 3600.0,
     ) -> None:
         self.host_concurrency = host_concurrency
         self.endpoint_concurrency = endpoint_concurrency
@@ -230,6 +240,20 @@ class LocalGate:
         self.stall_timeout = stall_timeout
         self._on_stalled = on_stalled
         self._stall_timers: dict[int, object] = {}
+        #: What idle hosts taught, after their live state is gone (POLITE_HOST_MEMORY).
+        self.memory: HostMemory[Learned] = HostMemory(host_memory, memory_ttl)
+        #: A session idle this long (nothing queued, nothing in flight) is forgotten.
+        self.session_ttl = memory_ttl
+        self._host_pairs: dict[str, set[str]] = {}
+        # Each live host's earliest eviction check, in a heap (one entry per host).
+        self._evict_due: dict[str, float] = {}
+        self._evict_heap: list[tuple[float, str]] = []
+        # Sessions with nothing queued or in flight, least recently used first.
+        self._idle_sessions: OrderedDict[str, float] = OrderedDict()
+        self._waiting_count = 0
+        self._load_listeners: list[Callable[[str, int], None]] = []
+        self._evict_hooks: list[Callable[[str], None]] = []
+        self._dropped = 0  # hosts and sessions dropped since the tables were last compacted
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -254,7 +278,7 @@ class LocalGate:
         return self._endpoints[s.endpoint_key].endpoint if s and s.endpoint_key else None
 
     def waiting(self) -> int:
-        return sum(len(h.waiters) for h in self._hosts.values())
+        return self._waiting_count
 
     def host_load(self, host: str) -> int:
         """Requests in flight plus waiting for *host* (for the scheduler queue)."""
@@ -283,8 +307,117 @@ class LocalGate:
     def host(self, host: str) -> HostState:
         h = self._hosts.get(host)
         if h is None:
+            now = self._clock()
             h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            learned = self.memory.recall(host, now)
+            if learned is not None:
+                h.limit, h.delay, h.min_delay, h.interval = learned
+            self._evict_due[host] = due = now + PAIR_MEMORY
+            heapq.heappush(self._evict_heap, (due, host))
         return h
+
+    def add_load_listener(self, listener: Callable[[str, int], None]) -> None:
+        """Call *listener(host, load)* whenever a host's :meth:`host_load` changes."""
+        self._load_listeners.append(listener)
+
+    def on_host_evicted(self, hook: Callable[[str], None]) -> None:
+        """Call *hook(host)* when an idle host's live state is dropped."""
+        self._evict_hooks.append(hook)
+
+    # -- eviction ---------------------------------------------------------
+
+    def sweep(self, limit: int | None = None) -> int:
+        """Evict up to *limit* (all, for None) idle hosts and sessions that are due; return how many."""
+        now = self._clock()
+        done = self._sweep_hosts(now, limit) + self._sweep_sessions(now, limit)
+        if limit is None:
+            self._compact()
+        return done
+
+    def _compact(self) -> None:
+        """Rebuild the tables once more entries left them than they hold: dicts never shrink."""
+        if self._dropped <= max(1024, len(self._hosts) + len(self._sessions)):
+            return
+        self._dropped = 0
+        self._hosts = dict(self._hosts)
+        self._evict_due = dict(self._evict_due)
+        self._pairs = dict(self._pairs)
+        self._host_pairs = dict(self._host_pairs)
+        self._sessions = dict(self._sessions)
+        self._idle_sessions = OrderedDict(self._idle_sessions)
+        self._waiting_hosts = dict(self._waiting_hosts)
+        self._evict_heap = list(self._evict_heap)
+        self.memory.compact()
+
+    def _sweep_hosts(self, now: float, limit: int | None) -> int:
+        heap, due_at, evicted, looked = self._evict_heap, self._evict_due, 0, 0
+        while heap and heap[0][0] <= now and (limit is None or looked < limit):
+            looked += 1
+            _, host = heapq.heappop(heap)
+            due = due_at.get(host)
+            h = self._hosts.get(host)
+            if due is None or h is None:
+                continue
+            if due <= now:
+                due = self._evictable_at(host, h, now)
+                if due <= now:
+                    self._evict(host, h, now)
+                    evicted += 1
+                    continue
+                due_at[host] = due
+            heapq.heappush(heap, (due, host))
+        return evicted
+
+    def _evictable_at(self, host: str, h: HostState, now: float) -> float:
+        """When *host* can be evicted if it stays as it is: ``PAIR_MEMORY`` after its last timer."""
+        if h.waiters or h.inflight > 0:
+            return now + PAIR_MEMORY
+        quiet = max(h.paused_until, h.next_start)
+        for key in self._host_pairs.get(host, ()):
+            pair = self._pairs[(key, host)]
+            quiet = max(quiet, pair.next_allowed, pair.cooldown_until, pair.banned_until)
+        return quiet + PAIR_MEMORY
+
+    def _evict(self, host: str, h: HostState, now: float) -> None:
+        self._dropped += 1
+        del self._hosts[host]
+        del self._evict_due[host]
+        self._waiting_hosts.pop(host, None)
+        for key in self._host_pairs.pop(host, ()):
+            del self._pairs[(key, host)]
+        learned = (h.limit, h.delay, h.min_delay, h.interval)
+        if learned != (self.host_concurrency, self.delay, 0.0, 0.0):
+            self.memory.remember(host, learned, now)
+        for hook in self._evict_hooks:
+            hook(host)
+
+    def _sweep_sessions(self, now: float, limit: int | None) -> int:
+        idle, forgotten = self._idle_sessions, 0
+        while idle and (limit is None or forgotten < limit):
+            key, since = next(iter(idle.items()))
+            if since + self.session_ttl > now:
+                break
+            del idle[key]
+            s = self._sessions.get(key)
+            if s is None or s.busy or s.queue:
+                continue
+            if s.endpoint_key is not None and s.endpoint_key in self._endpoints:
+                self._endpoints[s.endpoint_key].sessions -= 1
+            del self._sessions[key]
+            self._dropped += 1
+            forgotten += 1
+        return forgotten
+
+    def _session_idle(self, s: SessionState, now: float) -> None:
+        if not s.busy and not s.queue:
+            self._idle_sessions[s.key] = now
+            self._idle_sessions.move_to_end(s.key)
+
+    def _load_changed(self, host: str, h: HostState) -> None:
+        if self._load_listeners:
+            load = h.inflight + len(h.waiters)
+            for listener in self._load_listeners:
+                listener(host, load)
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
         """Make the pool exactly *endpoints*; return (added, removed) labels.
@@ -393,6 +526,7 @@ class LocalGate:
         for lease in stale:
             self.release(lease)
         self._prune_pairs(now)
+        self.sweep()
         return stale
 
     def _prune_pairs(self, now: float) -> None:
@@ -407,6 +541,11 @@ class LocalGate:
         ]
         for key in done:
             del self._pairs[key]
+            keys = self._host_pairs.get(key[1])
+            if keys is not None:
+                keys.discard(key[0])
+                if not keys:
+                    del self._host_pairs[key[1]]
 
     def close(self, reason: str, error: type[Exception] = NoUsableEndpoints) -> None:
         """Fail every waiter with *error*, so the engine can close instead of hanging."""
@@ -414,9 +553,11 @@ class LocalGate:
             return
         self._closed = reason
         self._close_error = error
-        for h in self._hosts.values():
+        for host, h in self._hosts.items():
             while h.waiters:
+                self._waiting_count -= 1
                 self._fail(h.waiters.popleft(), error(reason))
+            self._load_changed(host, h)
         self._waiting_hosts.clear()
 
     # -- leasing --------------------------------------------------------
@@ -448,9 +589,15 @@ class LocalGate:
                 waiter.deferred.errback(SessionEndpointLost(s.lost))
                 return waiter.deferred
             s.queue.append(waiter)
-        self.host(host).waiters.append(waiter)
+            self._idle_sessions.pop(session, None)
+        h = self.host(host)
+        h.waiters.append(waiter)
+        self._waiting_count += 1
+        self._load_changed(host, h)
         self._waiting_hosts[host] = None
         self._dispatch((host,))
+        self._sweep_hosts(now, SWEEP)
+        self._sweep_sessions(now, SWEEP)
         return waiter.deferred
 
     def release(self, lease: Lease) -> None:
@@ -466,14 +613,20 @@ class LocalGate:
             st.inflight -= 1
             if not st.removed and st.inflight < self.endpoint_concurrency:
                 self._idle[lease.endpoint.key] = None
+        now = self._clock()
         h = self._hosts.get(lease.host)
         if h is not None and not lease.stalled:
             h.inflight -= 1
+            self._evict_due[lease.host] = now + PAIR_MEMORY
+            self._load_changed(lease.host, h)
         if lease.session is not None:
             s = self._sessions.get(lease.session)
             if s is not None:
                 s.busy = False
+                self._session_idle(s, now)
         self._kick()
+        self._sweep_hosts(now, SWEEP)
+        self._sweep_sessions(now, SWEEP)
 
     def stall(self, lease: Lease) -> bool:
         """Give *lease*'s host slot back, once; its endpoint stays held until release.
@@ -485,6 +638,9 @@ class LocalGate:
         self._stall_timers.pop(id(lease), None)
         if not take_host_slot_back(lease, self._hosts):
             return False
+        h = self._hosts.get(lease.host)
+        if h is not None:
+            self._load_changed(lease.host, h)
         if self._on_stalled is not None:
             self._on_stalled(lease)
         self._kick()
@@ -496,6 +652,7 @@ class LocalGate:
         pair = self._pairs.get((endpoint_key, host))
         if pair is None:
             pair = self._pairs[(endpoint_key, host)] = _PairState()
+            self._host_pairs.setdefault(host, set()).add(endpoint_key)
         return pair
 
     def _cancel(self, waiter: _Waiter) -> None:
@@ -506,9 +663,13 @@ class LocalGate:
         """Take *waiter* out of its host's and its session's queues, wherever it is."""
         h = self._hosts.get(waiter.host)
         s = self._sessions.get(waiter.session) if waiter.session is not None else None
-        for queue in (h.waiters if h else None, s.queue if s else None):
-            if queue is not None and waiter in queue:
-                queue.remove(waiter)
+        if h is not None and waiter in h.waiters:
+            h.waiters.remove(waiter)
+            self._waiting_count -= 1
+            self._load_changed(waiter.host, h)
+        if s is not None and waiter in s.queue:
+            s.queue.remove(waiter)
+            self._session_idle(s, self._clock())
 
     def _fail(self, waiter: _Waiter, exc: Exception) -> None:
         if waiter.done:
@@ -578,6 +739,7 @@ class LocalGate:
                     rotation_blocked = rotation_blocked or waiter.session is None
                     continue
                 h.waiters.remove(waiter)
+                self._waiting_count -= 1
                 self._grant(waiter, st, h, now)
                 granted = True
                 break

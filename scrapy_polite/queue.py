@@ -5,34 +5,253 @@ but requests held at the polite gates are not in a slot yet: a saturated
 host would keep winning and its waiting requests would fill
 ``CONCURRENT_REQUESTS``, starving other hosts. This queue counts what the
 gate holds (in flight plus waiting) per host instead.
+
+Scrapy's queue looks at every slot with pending requests on each pop. This
+one keeps each pending slot's load up to date as the gate and the
+downloader change it, in buckets by load, so a pop costs O(log n) in the
+number of slots: a broad crawl keeps its speed with a slot per host.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.pqueues import DownloaderAwarePriorityQueue, DownloaderInterface
 
 from .runtime import get_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.http import Request
+
+#: Scrapy >= 2.14 breaks ties between equally loaded slots round-robin, by name
+#: after the last slot served; older releases take the smallest name.
+ROUND_ROBIN = hasattr(DownloaderAwarePriorityQueue, "_next_slot")
 
 
 class _GateInterface(DownloaderInterface):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self._crawler = crawler
+        #: The slot the load index chose: the only one Scrapy's pop then looks at.
+        self.only: str | None = None
 
     def stats(self, possible_slots: Iterable[str]) -> list[tuple[int, str]]:
+        if self.only is not None:
+            return [(0, self.only)]
         gate = get_runtime(self._crawler).gate
-        return [(gate.host_load(slot) + self._active_downloads(slot), slot) for slot in possible_slots]
+        return [(self.load(gate, slot), slot) for slot in possible_slots]
+
+    def load(self, gate: Any, slot: str) -> int:
+        return gate.host_load(slot) + self._active_downloads(slot)
+
+
+class SortedNames:
+    """A sorted set of strings in blocks of at most ``BLOCK``: add, remove and
+    successor in O(log n) plus a block's length, with no dependency."""
+
+    BLOCK = 256
+
+    def __init__(self) -> None:
+        self._blocks: list[list[str]] = []
+        self._maxes: list[str] = []
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def add(self, name: str) -> None:
+        if not self._blocks:
+            self._blocks.append([name])
+            self._maxes.append(name)
+            self._len = 1
+            return
+        i = min(bisect_left(self._maxes, name), len(self._blocks) - 1)
+        block = self._blocks[i]
+        insort(block, name)
+        self._maxes[i] = block[-1]
+        self._len += 1
+        if len(block) > 2 * self.BLOCK:
+            self._blocks[i:i + 1] = [block[:self.BLOCK], block[self.BLOCK:]]
+            self._maxes[i:i + 1] = [block[self.BLOCK - 1], block[-1]]
+
+    def remove(self, name: str) -> None:
+        i = bisect_left(self._maxes, name)
+        block = self._blocks[i]
+        del block[bisect_left(block, name)]
+        self._len -= 1
+        if block:
+            self._maxes[i] = block[-1]
+        else:
+            del self._blocks[i]
+            del self._maxes[i]
+
+    def first(self) -> str:
+        return self._blocks[0][0]
+
+    def after(self, name: str) -> str | None:
+        """The smallest name greater than *name*, or None."""
+        i = bisect_right(self._maxes, name)
+        if i == len(self._blocks):
+            return None
+        block = self._blocks[i]
+        return block[bisect_right(block, name)]
+
+
+class LoadIndex:
+    """Slots by load: the slot Scrapy's ``DownloaderAwarePriorityQueue`` would pick, in O(log n).
+
+    The least loaded slot; among equals the smallest name after the last one
+    picked (round-robin), else the smallest (``round_robin=False``: always the smallest).
+    """
+
+    def __init__(self, round_robin: bool = ROUND_ROBIN) -> None:
+        self.round_robin = round_robin
+        self.last: str | None = None
+        self._load: dict[str, int] = {}
+        self._buckets: dict[int, SortedNames] = {}
+        self._loads: list[int] = []  # heap of the loads with a bucket (lazy: an emptied one stays)
+
+    def __len__(self) -> int:
+        return len(self._load)
+
+    def __contains__(self, slot: object) -> bool:
+        return slot in self._load
+
+    def load(self, slot: str) -> int | None:
+        return self._load.get(slot)
+
+    def set(self, slot: str, load: int) -> None:
+        old = self._load.get(slot)
+        if old == load:
+            return
+        if old is not None:
+            self._take(slot, old)
+        self._load[slot] = load
+        bucket = self._buckets.get(load)
+        if bucket is None:
+            bucket = self._buckets[load] = SortedNames()
+            heapq.heappush(self._loads, load)
+        bucket.add(slot)
+
+    def discard(self, slot: str) -> None:
+        old = self._load.pop(slot, None)
+        if old is not None:
+            self._take(slot, old)
+
+    def _take(self, slot: str, load: int) -> None:
+        bucket = self._buckets[load]
+        bucket.remove(slot)
+        if not bucket:
+            del self._buckets[load]
+
+    def best(self, update_state: bool = True) -> str | None:
+        loads = self._loads
+        while loads and loads[0] not in self._buckets:
+            heapq.heappop(loads)
+        if not loads:
+            return None
+        bucket = self._buckets[loads[0]]
+        slot = None
+        if self.round_robin and self.last is not None:
+            slot = bucket.after(self.last)
+        if slot is None:
+            slot = bucket.first()
+        if update_state:
+            self.last = slot
+        return slot
 
 
 class PolitePriorityQueue(DownloaderAwarePriorityQueue):
-    """DownloaderAwarePriorityQueue that also counts requests waiting at the gates."""
+    """DownloaderAwarePriorityQueue that also counts requests waiting at the gates.
+
+    With a gate that reports its load changes (``add_load_listener``) the loads
+    are kept in a :class:`LoadIndex`; otherwise every pop asks the gate for each slot.
+    """
 
     def __init__(self, crawler: Crawler, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(crawler, *args, **kwargs)
-        self._downloader_interface = _GateInterface(crawler)
+        self._downloader_interface = iface = _GateInterface(crawler)
+        gate = get_runtime(crawler).gate
+        self._gate = gate
+        self._index: LoadIndex | None = None
+        if hasattr(gate, "add_load_listener"):
+            self._index = LoadIndex()
+            for slot in self.pqueues:
+                self._index.set(slot, iface.load(gate, slot))
+            gate.add_load_listener(self._gate_load)
+            crawler.signals.connect(self._reached, signal=signals.request_reached_downloader)
+            crawler.signals.connect(self._left, signal=signals.request_left_downloader)
+
+    def _refresh(self, slot: str, adjust: int = 0) -> None:
+        if self._index is not None and slot in self.pqueues:
+            self._index.set(slot, self._downloader_interface.load(self._gate, slot) + adjust)
+
+    def _gate_load(self, host: str, load: int) -> None:
+        self._refresh(host)
+
+    def _reached(self, request: Request, spider: Any = None) -> None:
+        self._refresh(self._downloader_interface.get_slot_key(request))
+
+    def _left(self, request: Request, spider: Any = None) -> None:
+        # Sent before the downloader takes the request out of its slot.
+        self._refresh(self._downloader_interface.get_slot_key(request), -1)
+
+    def _pick(self, update_state: bool) -> str | None:
+        """The slot to serve; the chosen one's load is checked, in case an update was missed."""
+        index = self._index
+        assert index is not None
+        while True:
+            saved = index.last
+            slot = index.best(update_state=True)
+            if slot is None:
+                return None
+            actual = self._downloader_interface.load(self._gate, slot)
+            if actual == index.load(slot):
+                if not update_state:
+                    index.last = saved
+                return slot
+            index.last = saved
+            index.set(slot, actual)
+
+    def pop(self) -> Request | None:
+        if self._index is None:
+            return super().pop()
+        slot = self._pick(update_state=True)
+        if slot is None:
+            return None
+        request = self._only(slot, super().pop)
+        if slot not in self.pqueues:
+            self._index.discard(slot)
+        return request
+
+    def _only(self, slot: str, call: Any) -> Any:
+        """Scrapy's own pop or peek (its bookkeeping, its JOBDIR clean-up) on *slot* alone."""
+        iface = self._downloader_interface
+        iface.only = slot
+        try:
+            return call()
+        finally:
+            iface.only = None
+
+    def push(self, request: Request) -> None:
+        super().push(request)
+        if self._index is not None:
+            slot = self._downloader_interface.get_slot_key(request)
+            if slot not in self._index:
+                self._index.set(slot, self._downloader_interface.load(self._gate, slot))
+
+    def peek(self) -> Request | None:
+        if self._index is None:
+            return super().peek()
+        slot = self._pick(update_state=False)
+        return None if slot is None else self._only(slot, super().peek)
+
+    def close(self) -> dict[str, list[int]]:
+        if self._index is not None:
+            self._index = LoadIndex()
+        return super().close()

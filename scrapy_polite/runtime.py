@@ -51,7 +51,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
     if cfg.state == "memory":
         from .gate import LocalGate
 
-        return LocalGate(cfg.endpoints, **common)
+        return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl)
     from .errors import PoliteConfigError
     from .redis_gate import RedisGate
     from .redis_state import check_reachable, mask_url

@@ -58,8 +58,29 @@ def _ms(seconds: float) -> int:
     return min(_HIST_RANGE[1], max(0, int(seconds * 1000)))
 
 
-def _capped(table: dict[str, Any], key: str, limit: int) -> str:
+def _capped(table: dict[str, Any] | set[str], key: str, limit: int) -> str:
     return key if key in table or len(table) < limit else OTHER
+
+
+def fold_top(table: dict[str, dict[str, Any]], n: int) -> tuple[dict[str, dict[str, Any]], int]:
+    """The *n* rows of *table* with the most attempts, plus one OTHER row summing the rest.
+
+    Returns (rows, how many names were folded into OTHER), so per-host and
+    per-endpoint stats stay at most *n* + 1 keys a kind however broad the crawl.
+    """
+    ranked = sorted(table, key=lambda k: (k == OTHER, -table[k]["attempts"], k))
+    top = {k: table[k] for k in ranked[:n] if k != OTHER}
+    rest = [table[k] for k in table if k not in top]
+    if not rest:
+        return top, 0
+    statuses: Counter[str] = Counter()
+    other: dict[str, Any] = {"attempts": 0, "success": 0, "statuses": statuses}
+    for row in rest:
+        other["attempts"] += row["attempts"]
+        other["success"] += row["success"]
+        statuses.update(row["statuses"])
+    top[OTHER] = other
+    return top, sum(k != OTHER for k in table) - (len(top) - 1)
 
 
 def _distinct(counter: Counter[str]) -> int:
@@ -133,13 +154,17 @@ class _Counts:
 
 
 class HostStats(_Counts):
-    """Per-host counts plus a latency histogram and requests per exit IP."""
+    """Per-host counts plus a latency histogram and requests per exit IP.
+
+    The histogram (about 18 KB) only for the first ``POLITE_STATS_TOP`` hosts:
+    a broad crawl's hosts keep their counts at a few hundred bytes each.
+    """
 
     __slots__ = ("latency", "exit_ips")
 
-    def __init__(self) -> None:
+    def __init__(self, latency: bool = True) -> None:
         super().__init__()
-        self.latency = _histogram(_DIGITS_HOST)
+        self.latency: HdrHistogram | None = _histogram(_DIGITS_HOST) if latency else None
         self.exit_ips: Counter[str] = Counter()
 
 
@@ -233,6 +258,9 @@ class PoliteStats:
         self._loop: Any = None
         self._publish_loop: Any = None
         self._prom: Any = None
+        # Names with series of their own in Prometheus (POLITE_STATS_TOP each); the rest share OTHER.
+        self._prom_hosts: set[str] = set()
+        self._prom_endpoints: set[str] = set()
         rt.stats = self
         crawler.signals.connect(self.record, signal=polite_signals.outcome_recorded)
         crawler.signals.connect(self._gave_up, signal=polite_signals.request_gave_up)
@@ -276,7 +304,7 @@ class PoliteStats:
             inc(f"polite/exception/{outcome.exception}")
         h = self.hosts.get(host)
         if h is None:
-            h = self.hosts[host] = HostStats()
+            h = self.hosts[host] = HostStats(latency=len(self.hosts) < self.config.stats_top)
         h.add(label, ok, limited, ban)
         if endpoint:
             e = self.endpoints.get(endpoint)
@@ -289,13 +317,20 @@ class PoliteStats:
         if outcome.latency is not None:
             ms = max(1, _ms(outcome.latency))
             self.latency.record_value(ms)
-            h.latency.record_value(ms)
+            if h.latency is not None:
+                h.latency.record_value(ms)
         if outcome.endpoint:
             self.wait.record_value(_ms(outcome.wait))
         if self._jsonl_path:
             self._write_jsonl(outcome)
         if self._prom is not None:
-            self._prom.observe(outcome, label, host, endpoint, _distinct(h.exit_ips))
+            top = self.config.stats_top
+            ph = _capped(self._prom_hosts, host, top)
+            pe = _capped(self._prom_endpoints, endpoint, top) if endpoint else None
+            self._prom_hosts.add(ph)
+            if pe is not None:
+                self._prom_endpoints.add(pe)
+            self._prom.observe(outcome, label, ph, pe, _distinct(h.exit_ips))
             self._prom.set_rates(*self.pages_per_min(outcome.time))
 
     def _gave_up(self, request: Any = None, reason: str = "") -> None:
@@ -430,7 +465,8 @@ class PoliteStats:
 
     def percentile(self, p: float, host: str | None = None) -> float | None:
         """Download latency percentile in seconds (overall or for *host*)."""
-        return _percentile(self.latency if host is None else self.hosts[host].latency, p)
+        hist = self.latency if host is None else self.hosts[host].latency
+        return None if hist is None else _percentile(hist, p)
 
     def summary(self) -> dict[str, Any]:
         now = time.time()
@@ -571,20 +607,29 @@ class PoliteStats:
                     set_value(f"polite/{name}/p{p}", s[f"{name}_p{p}"])
         for ip, n in s["requests_per_exit_ip"].items():
             set_value(f"polite/exit_ip/{ip}", n)
-        for host, h in s["hosts"].items():
+        top = self.config.stats_top
+        hosts, folded = fold_top(s["hosts"], top)
+        set_value("polite/hosts_folded", folded)
+        for host, h in hosts.items():
             prefix = f"polite/host/{host}"
             for key in ("attempts", "success", "exit_ips"):
-                set_value(f"{prefix}/{key}", h[key])
+                if key in h:
+                    set_value(f"{prefix}/{key}", h[key])
             for label, n in h["statuses"].items():
                 set_value(f"{prefix}/status/{label}", n)
             for p in (50, 95, 99):
-                if h[f"latency_p{p}"] is not None:
+                if h.get(f"latency_p{p}") is not None:
                     set_value(f"{prefix}/latency/p{p}", h[f"latency_p{p}"])
-        for ep, e in s["endpoints"].items():
+        endpoints, folded = fold_top(s["endpoints"], top)
+        set_value("polite/endpoints_folded", folded)
+        for ep, e in endpoints.items():
             set_value(f"polite/endpoint/{ep}/attempts", e["attempts"])
             for label, n in e["statuses"].items():
                 set_value(f"polite/endpoint/{ep}/status/{label}", n)
-        set_value("polite/sessions_map", s["sessions"])
+        sessions, cap = s["sessions"], self.config.stats_sessions_map
+        if cap:
+            set_value("polite/sessions_map", dict(sorted(sessions.items())[:cap]))
+        set_value("polite/sessions_map_left_out", max(0, len(sessions) - cap))
         logger.info("scrapy-polite summary:\n%s", format_summary(s), extra={"spider": spider})
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 
 from . import signals as polite_signals
+from .memory import HostMemory
 from .runtime import enabled_runtime, get_runtime
 
 if TYPE_CHECKING:
@@ -136,6 +137,26 @@ class _HostPolicy:
     clean_gaps: deque[tuple[float, float]] = field(default_factory=deque)
 
 
+#: What survives a host's eviction from the throttle: the rate search's findings
+#: and when it last stepped down, so a host seen again is not probed from scratch.
+_KEPT = ("last_decrease", "last_signal", "floor_hits", "parks", "good", "bad", "bad_found", "ceiling", "moved",
+         "bad_gap")
+
+
+_NOTHING_KEPT = tuple(getattr(_HostPolicy(last_change=0.0), name) for name in _KEPT)
+
+
+def compact(p: _HostPolicy) -> tuple[Any, ...] | None:
+    """*p*'s findings as a tuple, or None when it learned nothing worth keeping."""
+    kept = tuple(getattr(p, name) for name in _KEPT)
+    return None if kept == _NOTHING_KEPT else kept
+
+
+def restore(p: _HostPolicy, kept: tuple[Any, ...]) -> None:
+    for name, value in zip(_KEPT, kept):
+        setattr(p, name, value)
+
+
 class ThrottlePolicy:
     """The decisions, free of Scrapy, so they can be tested on their own.
 
@@ -158,6 +179,22 @@ class ThrottlePolicy:
         self.clock = clock
         self.notify = notify or (lambda *a: None)
         self._hosts: dict[str, _HostPolicy] = {}
+        self._dropped = 0
+        #: Findings of hosts the gate evicted, bounded as the gate's (POLITE_HOST_MEMORY).
+        self.memory: HostMemory[tuple[Any, ...]] = HostMemory(config.host_memory, config.state_pin_ttl)
+        if hasattr(gate, "on_host_evicted"):
+            gate.on_host_evicted(self._evicted)
+
+    def _evicted(self, host: str) -> None:
+        """The gate dropped *host*: drop its search state too, keeping its findings."""
+        p = self._hosts.pop(host, None)
+        kept = compact(p) if p is not None else None
+        if kept is not None:
+            self.memory.remember(host, kept, self.clock())
+        self._dropped += 1
+        if self._dropped > max(1024, len(self._hosts)):  # a dict never shrinks: rebuild it
+            self._dropped = 0
+            self._hosts = dict(self._hosts)
 
     # -- answers ------------------------------------------------------------
 
@@ -270,6 +307,9 @@ class ThrottlePolicy:
         if p is None:
             now = self.clock()
             p = self._hosts[host] = _HostPolicy(last_change=now)
+            kept = self.memory.recall(host, now)
+            if kept is not None:
+                restore(p, kept)
             h = self.gate.host(host)
             p.grants.append((now, h.grants))
             cfg = self.config
@@ -550,7 +590,11 @@ class HostThrottle:
         self.crawler = crawler
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
         rt.throttle = self.policy
-        self._robots_seen: set[str] = set()
+        # Bounded as the host memory: a host's Crawl-delay outlives its eviction there.
+        self._robots_seen: OrderedDict[str, None] = OrderedDict()
+        self._robots_max = max(1, rt.config.host_memory)
+        self._stats_hosts: set[str] = set()
+        self._stats_top = rt.config.stats_top
         self._resume_calls: list[Any] = []
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         if crawler.settings.getbool("ROBOTSTXT_OBEY"):
@@ -565,7 +609,11 @@ class HostThrottle:
     ) -> None:
         stats = self.crawler.stats
         stats.inc_value("polite/throttle/changes")
-        stats.set_value(f"polite/throttle/{host}/concurrency", new["concurrency"])
+        if host in self._stats_hosts or len(self._stats_hosts) < self._stats_top:
+            self._stats_hosts.add(host)
+            stats.set_value(f"polite/throttle/{host}/concurrency", new["concurrency"])
+        else:  # POLITE_STATS_TOP hosts have keys of their own; the rest are counted together
+            stats.inc_value("polite/throttle/(other)/changes")
         evidence = evidence or {}
         now = time.monotonic()
         events = throttle_events(old, new, evidence, now)
@@ -622,7 +670,9 @@ class HostThrottle:
         host = request.meta.get("download_slot") or urlparse_cached(request).hostname or ""
         if host in self._robots_seen:
             return
-        self._robots_seen.add(host)
+        self._robots_seen[host] = None
+        if len(self._robots_seen) > self._robots_max:
+            self._robots_seen.popitem(last=False)
         delay = _crawl_delay(response.text if hasattr(response, "text") else "")
         if delay is None:
             return
