@@ -21,7 +21,7 @@ from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from . import failures
+from . import compat, failures
 from . import signals as polite_signals
 from . import splash as splash_support
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
@@ -148,7 +148,7 @@ class PoliteProxyMiddleware:
         """
         if not self.crawler.settings.get("JOBDIR"):
             return False
-        scheduler = getattr(getattr(self.crawler.engine, "_slot", None), "scheduler", None)
+        scheduler = compat.engine_scheduler(self.crawler.engine)
         if scheduler is None:
             return False
         kept = request.replace(dont_filter=True)
@@ -161,9 +161,7 @@ class PoliteProxyMiddleware:
 
     def _watch_engine(self) -> None:
         """Release waiters once the engine starts closing, so it need not wait for them."""
-        engine = getattr(self.crawler, "engine", None)
-        slot = getattr(engine, "_slot", None)
-        if engine is not None and (not engine.running or getattr(slot, "closing", None) is not None):
+        if compat.engine_closing(getattr(self.crawler, "engine", None)):
             self._closing = True
             self.gate.close("spider closing", SpiderClosing)
 
@@ -234,15 +232,7 @@ class PoliteProxyMiddleware:
 
     def _close_spider(self, reason: str) -> None:
         self._closing = True
-        engine = self.crawler.engine
-        if engine is None:
-            return
-        if hasattr(engine, "close_spider_async"):
-            from scrapy.utils.defer import deferred_from_coro
-
-            deferred_from_coro(engine.close_spider_async(reason=reason))
-        else:  # Scrapy < 2.14
-            engine.close_spider(self.crawler.spider, reason)
+        compat.close_spider(self.crawler, reason)
 
     def _session_repinned(self, session: str, old: str | None, reason: str) -> None:
         logger.warning("scrapy-polite: session %r leaves %s (%s); it gets a new endpoint", session, old, reason)

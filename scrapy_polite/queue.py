@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.pqueues import DownloaderAwarePriorityQueue, DownloaderInterface
 
+from . import compat
 from .runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ class _GateInterface(DownloaderInterface):
 
     def stats(self, possible_slots: Iterable[str]) -> list[tuple[int, str]]:
         gate = get_runtime(self._crawler).gate
-        return [(gate.host_load(slot) + self._active_downloads(slot), slot) for slot in possible_slots]
+        return [(gate.host_load(slot) + compat.active_downloads(self.downloader, slot), slot) for slot in possible_slots]
 
 
 class PolitePriorityQueue(DownloaderAwarePriorityQueue):
@@ -35,4 +36,4 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
 
     def __init__(self, crawler: Crawler, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(crawler, *args, **kwargs)
-        self._downloader_interface = _GateInterface(crawler)
+        compat.set_downloader_interface(self, _GateInterface(crawler))
