@@ -397,6 +397,17 @@ def _unset(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
+def register_defaults(settings: BaseSettings) -> None:
+    """Add :data:`DEFAULTS` at Scrapy's ``default`` priority, below anything a project or ``-s`` sets."""
+    for name, value in DEFAULTS.items():
+        settings.set(name, value, priority="default")
+
+
+def enabled(settings: BaseSettings) -> bool:
+    """The validated ``POLITE_ENABLED``, for the add-on, which runs before the config is built."""
+    return _Reader(settings).bool("POLITE_ENABLED")
+
+
 def rate_limit_codes(settings: BaseSettings) -> frozenset[int]:
     """The validated ``POLITE_RATE_LIMIT_CODES``, for the add-on, which runs before the config is built."""
     return _Reader(settings).rate_limit_codes()

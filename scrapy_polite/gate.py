@@ -65,6 +65,8 @@ class _Waiter:
     created: float
     deferred: Deferred = field(repr=False)
     done: bool = False
+    #: Only this endpoint may serve it (a request whose ``meta['proxy']`` names a pool endpoint).
+    endpoint: str | None = None
 
 
 @dataclass
@@ -428,15 +430,17 @@ class LocalGate:
         return None
 
     def acquire(
-        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None,
+        endpoint: str | None = None,
     ) -> Deferred:
         """A Deferred that fires with a :class:`Lease` when *host* may be sent to.
 
         *tag* (the request URL) only matters to shared backends, which list
-        what a crashed process was holding.
+        what a crashed process was holding. *endpoint* (a key) restricts the
+        lease to that endpoint, under the same gates.
         """
         now = self._clock()
-        waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)))
+        waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)), endpoint=endpoint)
         if self._closed:
             waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
@@ -570,12 +574,13 @@ class LocalGate:
                 if waiter.not_before > now:
                     wake = min(wake, waiter.not_before)
                     continue
-                if rotation_blocked and waiter.session is None:
+                rotates = waiter.session is None and waiter.endpoint is None
+                if rotation_blocked and rotates:
                     continue
                 st, when = self._pick(waiter, h, now)
                 if st is None:
                     wake = min(wake, when)
-                    rotation_blocked = rotation_blocked or waiter.session is None
+                    rotation_blocked = rotation_blocked or rotates
                     continue
                 h.waiters.remove(waiter)
                 self._grant(waiter, st, h, now)
@@ -606,8 +611,10 @@ class LocalGate:
             ready = self._ready_at(st, waiter.host, h, now)
             return (st, 0.0) if ready <= now else (None, ready)
         wake = float("inf")
-        for key in self._idle:
-            st = self._endpoints[key]
+        for key in self._idle if waiter.endpoint is None else [waiter.endpoint]:
+            st = self._endpoints.get(key)
+            if st is None or key not in self._idle:
+                continue
             ready = self._ready_at(st, waiter.host, h, now)
             if ready <= now:
                 return st, 0.0

@@ -21,7 +21,7 @@ from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from . import compat, failures
+from . import compat, failures, requeue
 from . import signals as polite_signals
 from . import splash as splash_support
 from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LEASE_KEY = "_polite_lease"
+#: The ``meta['proxy']`` the package itself set, so that a retry is not taken for a user's choice.
+OWN_PROXY_KEY = "_polite_proxy"
 NOT_BEFORE_KEY = "_polite_not_before"
 
 
@@ -153,7 +155,8 @@ class PoliteProxyMiddleware:
             return False
         kept = request.replace(dont_filter=True)
         kept.meta.pop(LEASE_KEY, None)
-        kept.meta.pop("proxy", None)
+        if kept.meta.get("proxy") == kept.meta.pop(OWN_PROXY_KEY, None):
+            kept.meta.pop("proxy", None)
         return bool(scheduler.enqueue_request(kept))
 
     def _orphans(self, process: str, count: int) -> None:
@@ -271,6 +274,14 @@ class PoliteProxyMiddleware:
             if fresh is not None:
                 fresh.meta.pop(LEASE_KEY, None)
                 return fresh
+        preset = preset_proxy(meta)
+        pinned = None
+        if preset is not None:
+            pinned = self._pool_endpoint(preset)
+            if pinned is None:
+                self.stats.inc_value("polite/bypassed/preset_proxy")
+                logger.debug("scrapy-polite: %s keeps its own meta['proxy'], outside the pool", request.url)
+                return None
         session = meta.get("polite_session")
         if session is not None:
             session = str(session)
@@ -282,7 +293,11 @@ class PoliteProxyMiddleware:
             # Stored as wall time so it survives a trip through a disk queue.
             not_before = time.monotonic() + max(0.0, not_before - time.time())
         arrived = time.monotonic()
-        lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before, tag=request.url))
+        acquiring = (
+            self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
+            if pinned is not None else self.gate.acquire(host, session, not_before, tag=request.url)
+        )
+        lease = await maybe_deferred_to_future(acquiring)
         meta[LEASE_KEY] = lease
         probing = self.runtime.stats.exit_ip_known(lease.endpoint) if self.runtime.stats is not None else None
         if probing is not None:
@@ -298,7 +313,15 @@ class PoliteProxyMiddleware:
             splash_support.set_proxy(request, lease.endpoint.url)
             meta.pop("proxy", None)
         else:
-            meta["proxy"] = lease.endpoint.url
+            meta["proxy"] = meta[OWN_PROXY_KEY] = lease.endpoint.url
+        return None
+
+    def _pool_endpoint(self, proxy: str) -> str | None:
+        """The key of the pool endpoint whose URL (credentials included) is *proxy*, if any."""
+        wanted = _proxy_id(proxy)
+        for key, st in self.gate.endpoints.items():
+            if not st.removed and _proxy_id(st.endpoint.url) == wanted:
+                return key
         return None
 
     def _request_left(self, request: Request, spider: Any = None) -> None:
@@ -492,18 +515,28 @@ class PoliteProxyMiddleware:
         }
         counter = f"polite_{kind}_retries"
         done = request.meta.get(counter, 0)
-        spent = done >= budgets[kind]
+        status = response.status if response is not None else None
+        decision = requeue.decide(request.meta, kind, budgets[kind], done, status)
+        spent = decision.verdict == requeue.SPENT
         self._record(
             request, lease, response=response, exception=exception, rate_limited=kind == "rate",
             proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
         )
+        what = status if status is not None else type(exception).__name__
+        if decision.verdict in (requeue.DONT_RETRY, requeue.HANDLED):
+            self.stats.inc_value(f"polite/not_requeued/{decision.verdict}")
+            logger.debug(
+                "scrapy-polite: not re-queuing %s (%s: %s via %s), as its meta asks",
+                request.url, decision.verdict, what, lease.endpoint.label,
+            )
+            return response
         if spent:
-            what = response.status if response is not None else type(exception).__name__
             logger.error(
                 "scrapy-polite: gave up %s after %d %s re-queue(s) (last: %s via %s)",
                 request.url, done, kind, what, lease.endpoint.label,
             )
             self._gave_up(request, kind, str(what))
+            self.stats.inc_value("retry/max_reached")
             if response is not None:
                 return response
             # Given up once: RetryMiddleware must not send it again on top of this budget.
@@ -516,10 +549,14 @@ class PoliteProxyMiddleware:
         new.meta[counter] = done + 1
         new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
         new.meta.pop(LEASE_KEY, None)
-        new.meta.pop("proxy", None)
+        if new.meta.get("proxy") == new.meta.pop(OWN_PROXY_KEY, None):
+            new.meta.pop("proxy", None)
         if delay:
             new.meta[NOT_BEFORE_KEY] = time.time() + delay
         self.stats.inc_value(f"polite/requeued/{kind}")
+        # Scrapy's own retry stats, which monitors (Spidermon) read: 429 is no longer RetryMiddleware's.
+        self.stats.inc_value("retry/count")
+        self.stats.inc_value(f"retry/reason_count/{requeue.retry_reason(status, exception)}")
         if kind == "rate":
             self.crawler.signals.send_catch_log(
                 polite_signals.request_rate_limited,
@@ -622,6 +659,29 @@ def _failure_outcome(request: Request, exc: Exception, host: str, gave_up: bool)
         exit_ip_source=None, requeues=request.meta.get("polite_requeues", 0),
         rate_limited=False, gave_up=gave_up,
     )
+
+
+def preset_proxy(meta: Any) -> str | None:
+    """The ``meta['proxy']`` the request came with, unless the package set it on an earlier attempt."""
+    proxy = meta.get("proxy")
+    if not proxy or proxy == meta.get(OWN_PROXY_KEY):
+        return None
+    return str(proxy)
+
+
+def _proxy_id(url: str) -> tuple[str, str, str | None, int | None]:
+    """A proxy URL compared as Scrapy would connect: scheme, credentials, host, port."""
+    from urllib.parse import urlsplit
+
+    from scrapy.utils.url import add_http_if_no_scheme
+
+    parts = urlsplit(add_http_if_no_scheme(url))
+    userinfo = parts.netloc.rpartition("@")[0]
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), userinfo, (parts.hostname or "").lower(), port
 
 
 def _mtime(path: str) -> float | None:

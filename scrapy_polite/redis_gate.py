@@ -105,6 +105,7 @@ class _Waiter:
     tag: str | None
     deferred: Deferred = field(repr=False)
     done: bool = False
+    endpoint: str | None = None
 
 
 class RedisGate:
@@ -453,11 +454,12 @@ class RedisGate:
     # -- leasing -----------------------------------------------------------
 
     def acquire(
-        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None,
+        endpoint: str | None = None,
     ) -> Deferred:
         now = self._clock()
         waiter = _Waiter(host, session, not_before, now, secrets.token_hex(8), tag,
-                         Deferred(lambda d: self._cancel(waiter)))
+                         Deferred(lambda d: self._cancel(waiter)), endpoint=endpoint)
         if self._closed:
             waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
@@ -638,6 +640,8 @@ class RedisGate:
         else:
             hint, complete = "", "0"
             ids = self._free_candidates(host)
+            if w.endpoint is not None:
+                ids = [i for i in ids if self._by_id.get(i) == w.endpoint]
         h = self.host(host)
         low, high = h.delay
         u = self._rng.random()

@@ -531,7 +531,7 @@ class HostThrottle:
         if host in self._robots_seen:
             return
         self._robots_seen.add(host)
-        delay = _crawl_delay(response.text if hasattr(response, "text") else "")
+        delay = _crawl_delay(response.text if hasattr(response, "text") else "", robots_agent(self.crawler.settings))
         if delay is None:
             return
         rt = get_runtime(self.crawler)
@@ -544,6 +544,11 @@ class HostThrottle:
             )
         else:
             logger.info("scrapy-polite: %s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
+
+
+def robots_agent(settings: Any) -> str:
+    """The agent robots.txt rules are read for: ``ROBOTSTXT_USER_AGENT``, else ``USER_AGENT`` (as RobotsTxtMiddleware)."""
+    return settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
 
 
 def _crawl_delay(text: str, agent: str = "*") -> float | None:
