@@ -66,3 +66,18 @@ def set_downloader_interface(queue: Any, interface: Any) -> None:
             "set SCHEDULER_PRIORITY_QUEUE to Scrapy's own queue"
         )
     queue._downloader_interface = interface
+
+
+def drop_slot_delays(downloader: Any) -> None:
+    """Zero the ``delay`` of the downloader's ``DOWNLOAD_SLOTS`` entries, as the add-on zeroes ``DOWNLOAD_DELAY``.
+
+    The gates space those hosts by that delay already; Scrapy's slot would add its own
+    host-wide delay on top. Slots are built lazily from ``per_slot_settings``, so this
+    must run before the first request (at ``spider_opened``).
+    """
+    per_slot = getattr(downloader, "per_slot_settings", None)
+    if per_slot is None:
+        return
+    for key, entry in list(per_slot.items()):
+        if isinstance(entry, dict) and entry.get("delay"):
+            per_slot[key] = {**entry, "delay": 0.0}

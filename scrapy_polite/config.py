@@ -81,6 +81,15 @@ MAX_GATEWAY_SESSIONS = 10_000
 
 
 @dataclass(frozen=True)
+class HostLimits:
+    """What the gates start a host at, and the most concurrency the throttle may grow it to."""
+
+    concurrency: int
+    concurrency_max: int
+    delay: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class PoliteConfig:
     """The validated ``POLITE_*`` settings of one crawler.
 
@@ -138,6 +147,15 @@ class PoliteConfig:
     state_outage_timeout: float = 300.0
     timeout_retry_times: int = 2
     stall_timeout: float = 30.0
+    #: Per slot/host key, from Scrapy's ``DOWNLOAD_SLOTS``: they win over the POLITE_* defaults.
+    host_overrides: dict[str, HostLimits] = field(default_factory=dict)
+
+    def host_limits(self, host: str) -> HostLimits:
+        """*host*'s starting limits: its ``DOWNLOAD_SLOTS`` entry, else the ``POLITE_*`` defaults."""
+        found = self.host_overrides.get(host)
+        if found is not None:
+            return found
+        return HostLimits(self.host_concurrency, self.host_concurrency_max, self.delay)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -206,6 +224,7 @@ class PoliteConfig:
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
+            host_overrides=r.download_slots(HostLimits(host_conc, conc_max, delay)),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -369,6 +388,36 @@ class _Reader:
         if not codes:
             raise PoliteConfigError(name, self.raw(name), "at least one HTTP status (e.g. [429])")
         return codes
+
+    def download_slots(self, defaults: HostLimits) -> dict[str, HostLimits]:
+        """Scrapy's ``DOWNLOAD_SLOTS`` as per-host :class:`HostLimits` over *defaults*.
+
+        ``delay`` is Scrapy's: with ``randomize_delay`` (default ``RANDOMIZE_DOWNLOAD_DELAY``)
+        it spans 0.5-1.5 times the delay, with ``jitter`` j it spans (1-j)-(1+j) times it.
+        An explicit ``concurrency`` is also the most the throttle grows the host to.
+        """
+        slots = self.settings.getdict("DOWNLOAD_SLOTS")
+        randomize = self.settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True)
+        out: dict[str, HostLimits] = {}
+        for key, entry in slots.items():
+            name = f"DOWNLOAD_SLOTS[{key!r}]"
+            if not isinstance(entry, dict):
+                raise PoliteConfigError(name, entry, "a dict with concurrency, delay, randomize_delay or jitter")
+            conc, conc_max, delay = defaults.concurrency, defaults.concurrency_max, defaults.delay
+            if entry.get("concurrency") is not None:
+                conc = conc_max = self._number(f"{name}['concurrency']", entry["concurrency"], int, 1, 100_000)
+            if entry.get("delay") is not None:
+                d = self._number(f"{name}['delay']", entry["delay"], float, 0.0, MAX_SECONDS / 2)
+                if "jitter" in entry:
+                    jitter = self._number(f"{name}['jitter']", entry["jitter"], float, 0.0, 1.0)
+                else:
+                    value = entry.get("randomize_delay", randomize)
+                    if not isinstance(value, bool):
+                        raise PoliteConfigError(f"{name}['randomize_delay']", value, "True or False")
+                    jitter = 0.5 if value else 0.0
+                delay = (d * (1 - jitter), d * (1 + jitter))
+            out[str(key)] = HostLimits(conc, conc_max, delay)
+        return out
 
     def range(self, name: str, positive: bool = False) -> tuple[float, float]:
         value = self.raw(name)

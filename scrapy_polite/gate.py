@@ -204,8 +204,11 @@ class LocalGate:
         removal_grace: float = 0.0,
         stall_timeout: float = 0.0,
         on_stalled: Callable[[Lease], None] | None = None,
+        host_overrides: dict[str, tuple[int, tuple[float, float]]] | None = None,
     ) -> None:
         self.host_concurrency = host_concurrency
+        #: (concurrency, delay) a host starts at, by host key, instead of the two above.
+        self.host_overrides: dict[str, tuple[int, tuple[float, float]]] = dict(host_overrides or {})
         self.endpoint_concurrency = endpoint_concurrency
         self.delay = delay
         self.backoff = backoff
@@ -285,7 +288,7 @@ class LocalGate:
     def host(self, host: str) -> HostState:
         h = self._hosts.get(host)
         if h is None:
-            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
         return h
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:

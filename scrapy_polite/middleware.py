@@ -102,6 +102,14 @@ class PoliteProxyMiddleware:
             },
             extra={"spider": spider},
         )
+        if cfg.host_overrides:
+            # The gates space these hosts by their DOWNLOAD_SLOTS delay; Scrapy's slot must not add its own.
+            compat.drop_slot_delays(getattr(self.crawler.engine, "downloader", None))
+            for host, limits in cfg.host_overrides.items():
+                logger.info(
+                    "scrapy-polite: %s (DOWNLOAD_SLOTS): host concurrency %d (max %d), delay %.2f-%.2f s",
+                    host, limits.concurrency, limits.concurrency_max, *limits.delay, extra={"spider": spider},
+                )
         for label in cfg.duplicates:
             logger.warning("scrapy-polite: duplicate proxy %s ignored", label, extra={"spider": spider})
         self.stats.set_value("polite/endpoints", len(labels))

@@ -135,6 +135,7 @@ class RedisGate:
         on_outage_timeout: Callable[[float], None] | None = None,
         stall_timeout: float = 0.0,
         on_stalled: Callable[[Lease], None] | None = None,
+        host_overrides: dict[str, tuple[int, tuple[float, float]]] | None = None,
     ) -> None:
         self._redis = import_redis()
         # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
@@ -146,6 +147,8 @@ class RedisGate:
         self.label = mask_url(url)
         self.keys = Keys(namespace)
         self.host_concurrency = host_concurrency
+        #: (concurrency, delay) a host starts at, by host key, instead of the two above.
+        self.host_overrides: dict[str, tuple[int, tuple[float, float]]] = dict(host_overrides or {})
         self.endpoint_concurrency = endpoint_concurrency
         self.delay = delay
         self.backoff = backoff
@@ -328,7 +331,7 @@ class RedisGate:
     def host(self, host: str) -> HostState:
         h = self._hosts.get(host)
         if h is None:
-            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
         return h
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
@@ -647,7 +650,8 @@ class RedisGate:
         u = self._rng.random()
         code, ep_id, at, state, health, signal = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
-            self.host_concurrency, low, high, self.max_failures, self.backoff[1],
+            self.host_overrides.get(host, (self.host_concurrency,))[0], low, high, self.max_failures,
+            self.backoff[1],
             u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
             self._seen, self._longest_spacing(), *ids,
         ])

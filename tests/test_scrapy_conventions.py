@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest_twisted
 import scrapy
 from conftest import crawl
 from example_project.spiders.catalogue import CatalogueSpider
-from logcheck import items_fetched, min_spacing_per_ip
+from logcheck import items_fetched, max_inflight_host, min_spacing_per_ip
 from scrapy import signals
 from scrapy.utils.response import response_status_message
 
 from scrapy_polite.config import DEFAULTS
+from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 MIDDLEWARE = "scrapy_polite.middleware.PoliteProxyMiddleware"
@@ -219,3 +221,31 @@ async def test_robots_crawl_delay_of_the_crawlers_agent(sandbox) -> None:
     assert min_spacing_per_ip(log, "a") >= 1.0 - 0.05
     assert Counter(e["status"] for e in log) == {200: len(log)}
     assert result.stats.get("polite/gave_up") is None
+
+
+# -- DOWNLOAD_SLOTS as per-host overrides -------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_download_slots_entry_overrides_the_polite_defaults_for_its_host(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(name="a", pages=6, latency=[0.3, 0.4]),
+                                      site(name="b", pages=9, latency=[0.3, 0.4])],
+                               proxies=ProxyConfig(count=4)))
+    b_host = urlsplit(sb.site_url("b")).hostname
+    result = await crawl(
+        CatalogueSpider,
+        {"POLITE_PROXIES": sb.proxy_urls, "POLITE_HOST_CONCURRENCY": 1, "POLITE_DELAY": (1.0, 1.2),
+         "DOWNLOAD_SLOTS": {b_host: {"concurrency": 3, "delay": 0.2, "randomize_delay": False}}},
+        start_url=f"{sb.site_url('a')} {sb.site_url('b')}",
+    )
+    log = sb.log()
+    assert sorted(items_fetched(log, "a")) == list(range(1, 7))
+    assert sorted(items_fetched(log, "b")) == list(range(1, 10))
+    # Site a keeps the POLITE_* defaults: one at a time, each endpoint 1 s apart.
+    assert max_inflight_host(log, "a") == 1
+    assert min_spacing_per_ip(log, "a") >= 1.0 - 0.05
+    # Site b has its DOWNLOAD_SLOTS entry: three at a time, 0.2 s apart per endpoint.
+    assert max_inflight_host(log, "b") == 3
+    assert 0.2 - 0.05 <= min_spacing_per_ip(log, "b") < 0.9
+    limits = get_runtime(result.crawler).config.host_limits(b_host)
+    assert (limits.concurrency, limits.concurrency_max, limits.delay) == (3, 3, (0.2, 0.2))
