@@ -163,8 +163,7 @@ class PoliteProxyMiddleware:
             return False
         kept = request.replace(dont_filter=True)
         kept.meta.pop(LEASE_KEY, None)
-        if kept.meta.get("proxy") == kept.meta.pop(OWN_PROXY_KEY, None):
-            kept.meta.pop("proxy", None)
+        forget_own_proxy(kept.meta)
         return bool(scheduler.enqueue_request(kept))
 
     def _orphans(self, process: str, count: int) -> None:
@@ -557,8 +556,7 @@ class PoliteProxyMiddleware:
         new.meta[counter] = done + 1
         new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
         new.meta.pop(LEASE_KEY, None)
-        if new.meta.get("proxy") == new.meta.pop(OWN_PROXY_KEY, None):
-            new.meta.pop("proxy", None)
+        forget_own_proxy(new.meta)
         if delay:
             new.meta[NOT_BEFORE_KEY] = time.time() + delay
         self.stats.inc_value(f"polite/requeued/{kind}")
@@ -672,9 +670,28 @@ def _failure_outcome(request: Request, exc: Exception, host: str, gave_up: bool)
 def preset_proxy(meta: Any) -> str | None:
     """The ``meta['proxy']`` the request came with, unless the package set it on an earlier attempt."""
     proxy = meta.get("proxy")
-    if not proxy or proxy == meta.get(OWN_PROXY_KEY):
+    if not proxy or _is_own_proxy(meta):
         return None
     return str(proxy)
+
+
+def forget_own_proxy(meta: Any) -> None:
+    """Drop the package's own ``meta['proxy']`` (and its mark) before the request goes round again."""
+    if _is_own_proxy(meta):
+        meta.pop("proxy", None)
+    meta.pop(OWN_PROXY_KEY, None)
+
+
+def _is_own_proxy(meta: Any) -> bool:
+    """Whether ``meta['proxy']`` is the one the package set: HttpProxyMiddleware may since have moved
+    its credentials into a header, so scheme, host and port decide."""
+    own, proxy = meta.get(OWN_PROXY_KEY), meta.get("proxy")
+    if not own or not proxy:
+        return False
+    if proxy == own:
+        return True
+    (scheme, _, host, port), (own_scheme, _, own_host, own_port) = _proxy_id(str(proxy)), _proxy_id(str(own))
+    return (scheme, host, port) == (own_scheme, own_host, own_port)
 
 
 def _proxy_id(url: str) -> tuple[str, str, str | None, int | None]:

@@ -195,7 +195,8 @@ async def test_preset_proxy_in_the_pool_is_leased_on_it_outside_bypasses(sandbox
 
 @pytest_twisted.ensureDeferred
 async def test_a_retry_of_the_packages_own_proxy_is_leased_afresh(sandbox) -> None:
-    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=3)))
+    # With credentials, which HttpProxyMiddleware moves from meta['proxy'] into a header.
+    sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=3, auth=("alice", "s3cret"))))
     result = await crawl(Paths, {"POLITE_PROXIES": sb.proxy_urls, "RETRY_TIMES": 2, "RETRY_HTTP_CODES": [500],
                                  **FAST}, base=sb.site_url("a"), paths="/status/500")
     hits = _hits(sb.log(), "/status/500")
