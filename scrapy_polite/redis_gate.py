@@ -608,11 +608,13 @@ class RedisGate:
                 tries.append(w)
         return tries, wake
 
-    def _free_candidates(self, host: str) -> list[str]:
+    def _free_candidates(self, host: str, only: str | None = None) -> list[str]:
         now = self._clock()
         out = []
-        for key in self._order:
-            st = self._endpoints[key]
+        for key in self._order if only is None else [only]:
+            st = self._endpoints.get(key)
+            if st is None:
+                continue
             # Dead endpoints stay on offer: one probe per longest backoff (the script decides).
             if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
                     and self._spacing.get((key, host), 0.0) <= now):
@@ -642,9 +644,7 @@ class RedisGate:
             ids = [self._ids[k] for k in usable[:SESSION_CANDIDATES]]
         else:
             hint, complete = "", "0"
-            ids = self._free_candidates(host)
-            if w.endpoint is not None:
-                ids = [i for i in ids if self._by_id.get(i) == w.endpoint]
+            ids = self._free_candidates(host, only=w.endpoint)
         h = self.host(host)
         low, high = h.delay
         u = self._rng.random()

@@ -6,9 +6,13 @@ Real crawls against the sandbox, judged from the site's access log.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import pytest_twisted
 import scrapy
 from conftest import crawl
@@ -56,6 +60,21 @@ class Paths(scrapy.Spider):
     def failed(self, failure: Any) -> None:
         response = getattr(failure.value, "response", None)
         self.got.append(("error", response.status if response is not None else type(failure.value).__name__))
+
+
+@contextmanager
+def _state(tmp_path: Path, state: str) -> Iterator[str]:
+    """``POLITE_STATE`` for *state*: ``"memory"``, or the URL of a fresh redis-server, stopped after."""
+    if state == "memory":
+        yield "memory"
+        return
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis")
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 def _spider(result: Any) -> Any:
@@ -172,12 +191,18 @@ async def test_max_retry_times_caps_the_requeues_and_retry_stats_count_them(sand
 # -- a pre-set meta['proxy'] --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("state", ["memory", "redis"])
 @pytest_twisted.ensureDeferred
-async def test_preset_proxy_in_the_pool_is_leased_on_it_outside_bypasses(sandbox) -> None:
+async def test_preset_proxy_in_the_pool_is_leased_on_it_outside_bypasses(sandbox, tmp_path, state: str) -> None:
+    with _state(tmp_path, state) as url:
+        await _preset_proxy_case(sandbox, url)
+
+
+async def _preset_proxy_case(sandbox: Any, state: str) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=4)], proxies=ProxyConfig(count=3)))
     pool, outside = sb.proxy_urls[:2], sb.proxy_urls[2]
     paths = " ".join(f"/item/{i}" for i in range(1, 5))
-    inside = await crawl(Paths, {"POLITE_PROXIES": pool, "POLITE_DELAY": (0.5, 0.55)},
+    inside = await crawl(Paths, {"POLITE_PROXIES": pool, "POLITE_DELAY": (0.5, 0.55), "POLITE_STATE": state},
                          base=sb.site_url("a"), paths=paths, meta={"proxy": pool[1]})
     log = sb.log()
     assert {e["ip"] for e in log} == {sb.proxy_exit_ips[1]}  # that endpoint only
@@ -185,7 +210,7 @@ async def test_preset_proxy_in_the_pool_is_leased_on_it_outside_bypasses(sandbox
     assert "polite/bypassed/preset_proxy" not in inside.stats
     assert inside.stats["polite/attempts"] == 4
     before = len(log)
-    out = await crawl(Paths, {"POLITE_PROXIES": pool, **FAST}, base=sb.site_url("a"), paths=paths,
+    out = await crawl(Paths, {"POLITE_PROXIES": pool, "POLITE_STATE": state, **FAST}, base=sb.site_url("a"), paths=paths,
                       meta={"proxy": outside})
     later = sb.log()[before:]
     assert {e["ip"] for e in later} == {sb.proxy_exit_ips[2]}
@@ -227,8 +252,14 @@ async def test_robots_crawl_delay_of_the_crawlers_agent(sandbox) -> None:
 # -- DOWNLOAD_SLOTS as per-host overrides -------------------------------------------------------
 
 
+@pytest.mark.parametrize("state", ["memory", "redis"])
 @pytest_twisted.ensureDeferred
-async def test_download_slots_entry_overrides_the_polite_defaults_for_its_host(sandbox) -> None:
+async def test_download_slots_entry_overrides_the_polite_defaults_for_its_host(sandbox, tmp_path, state) -> None:
+    with _state(tmp_path, state) as url:
+        await _download_slots_case(sandbox, url)
+
+
+async def _download_slots_case(sandbox: Any, state: str) -> None:
     sb = sandbox(SandboxConfig(sites=[site(name="a", pages=6, latency=[0.3, 0.4]),
                                       site(name="b", pages=9, latency=[0.3, 0.4])],
                                proxies=ProxyConfig(count=4)))
@@ -236,7 +267,8 @@ async def test_download_slots_entry_overrides_the_polite_defaults_for_its_host(s
     result = await crawl(
         CatalogueSpider,
         {"POLITE_PROXIES": sb.proxy_urls, "POLITE_HOST_CONCURRENCY": 1, "POLITE_DELAY": (1.0, 1.2),
-         "DOWNLOAD_SLOTS": {b_host: {"concurrency": 3, "delay": 0.2, "randomize_delay": False}}},
+         "DOWNLOAD_SLOTS": {b_host: {"concurrency": 3, "delay": 0.2, "randomize_delay": False}},
+         "POLITE_STATE": state},
         start_url=f"{sb.site_url('a')} {sb.site_url('b')}",
     )
     log = sb.log()
