@@ -109,3 +109,26 @@ async def test_set_downloader_interface_is_what_the_queue_asks() -> None:
     assert ["slot-a"] in asked
     with pytest.raises(RuntimeError, match="_downloader_interface"):
         compat.set_downloader_interface(object(), Interface(None))
+
+
+@pytest_twisted.ensureDeferred
+async def test_drop_slot_delays_reaches_the_slots_the_downloader_builds() -> None:
+    delays: list[float] = []
+    handlers: list[Any] = []  # the signals hold weak references
+
+    def on_crawler(crawler: Any) -> None:
+        def opened(spider: Any) -> None:
+            compat.drop_slot_delays(crawler.engine.downloader)
+
+        def reached(request: Any, spider: Any) -> None:
+            delays.append(crawler.engine.downloader.slots["slot-a"].delay)
+
+        handlers.extend((opened, reached))
+        crawler.signals.connect(opened, signal=signals.spider_opened)
+        crawler.signals.connect(reached, signal=signals.request_reached_downloader)
+
+    settings = {**PLAIN, "DOWNLOAD_SLOTS": {"slot-a": {"delay": 5.0, "concurrency": 2}}}
+    result = await crawl(type("D", (Downloading,), {"seen": {}}), settings, _on_crawler=on_crawler)
+    assert delays == [0.0]
+    assert result.crawler.settings.getdict("DOWNLOAD_SLOTS") == {"slot-a": {"delay": 5.0, "concurrency": 2}}
+    compat.drop_slot_delays(object())  # a downloader without per-slot settings: nothing to do
