@@ -244,7 +244,9 @@ async def test_robots_crawl_delay_of_the_crawlers_agent(sandbox) -> None:
                          start_url=sb.site_url("a"))
     log = [e for e in sb.log() if e["path"] != "/robots.txt"]
     assert sorted(items_fetched(log)) == [1, 2, 3]
-    assert min_spacing_per_ip(log, "a") >= 1.0 - 0.05
+    # The agent's 1 s, not the 0.1 s of `*` (nor POLITE_DELAY's 0.05-0.1 s); the slack is the time
+    # from a grant to the site, which a loaded machine stretches for one request and not the next.
+    assert min_spacing_per_ip(log, "a") >= 0.8
     assert Counter(e["status"] for e in log) == {200: len(log)}
     assert result.stats.get("polite/gave_up") is None
 
