@@ -278,9 +278,9 @@ async def _download_slots_case(sandbox: Any, state: str) -> None:
     assert sorted(items_fetched(log, "b")) == list(range(1, 10))
     # Site a keeps the POLITE_* defaults: one at a time, each endpoint 1 s apart.
     assert max_inflight_host(log, "a") == 1
-    assert min_spacing_per_ip(log, "a") >= 1.0 - 0.05
+    assert min_spacing_per_ip(log, "a") >= 0.8  # room for a loaded machine's transit time
     # Site b has its DOWNLOAD_SLOTS entry: three at a time, 0.2 s apart per endpoint.
     assert max_inflight_host(log, "b") == 3
-    assert 0.2 - 0.05 <= min_spacing_per_ip(log, "b") < 0.9
+    assert 0.1 <= min_spacing_per_ip(log, "b") < 0.8
     limits = get_runtime(result.crawler).config.host_limits(b_host)
     assert (limits.concurrency, limits.concurrency_max, limits.delay) == (3, 3, (0.2, 0.2))
