@@ -26,17 +26,26 @@ class Addon:
     middleware re-queues them after their cooldown), Scrapy's own per-slot
     delay is set to 0 and AutoThrottle is turned off (at add-on priority,
     so a project that sets them explicitly keeps its value, with a warning).
+    With ``POLITE_ENABLED = False`` it only registers the ``POLITE_*``
+    defaults, so the crawl is Scrapy's own.
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
-        settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(MIDDLEWARE), MIDDLEWARE_PRIORITY)
-        settings.set_in_component_priority_dict("EXTENSIONS", _load(THROTTLE), 500)
-        settings.set_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
+        from .config import enabled, register_defaults
+
+        register_defaults(settings)
+        if not enabled(settings):
+            # Off is Scrapy exactly as without the add-on: no component, no setting changed.
+            return
+        # setdefault: a component the project already lists (disabled with None, or moved) stays as written.
+        settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(MIDDLEWARE), MIDDLEWARE_PRIORITY)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", _load(THROTTLE), 500)
+        settings.setdefault_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
         if settings.get("POLITE_TUNE_TRIAL_FILE"):
             # A trial crawl of `scrapy polite-tune`: its request allowance, counted before the gate.
             from .trial import PRIORITY
 
-            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(TRIAL_GUARD), PRIORITY)
+            settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(TRIAL_GUARD), PRIORITY)
         if settings.get("SCHEDULER_PRIORITY_QUEUE") == "scrapy.pqueues.DownloaderAwarePriorityQueue":
             settings.set("SCHEDULER_PRIORITY_QUEUE", QUEUE, "addon")
         from .config import rate_limit_codes

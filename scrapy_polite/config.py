@@ -96,6 +96,15 @@ PLAYWRIGHT_RESOURCE_TYPES = (
 
 
 @dataclass(frozen=True)
+class HostLimits:
+    """What the gates start a host at, and the most concurrency the throttle may grow it to."""
+
+    concurrency: int
+    concurrency_max: int
+    delay: tuple[float, float]
+
+
+@dataclass(frozen=True)
 class PoliteConfig:
     """The validated ``POLITE_*`` settings of one crawler.
 
@@ -160,6 +169,15 @@ class PoliteConfig:
     host_memory: int = HOST_MEMORY
     stats_top: int = 50
     stats_sessions_map: int = 1000
+    #: Per slot/host key, from Scrapy's ``DOWNLOAD_SLOTS``: they win over the POLITE_* defaults.
+    host_overrides: dict[str, HostLimits] = field(default_factory=dict)
+
+    def host_limits(self, host: str) -> HostLimits:
+        """*host*'s starting limits: its ``DOWNLOAD_SLOTS`` entry, else the ``POLITE_*`` defaults."""
+        found = self.host_overrides.get(host)
+        if found is not None:
+            return found
+        return HostLimits(self.host_concurrency, self.host_concurrency_max, self.delay)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
@@ -235,6 +253,7 @@ class PoliteConfig:
             host_memory=r.int("POLITE_HOST_MEMORY", minimum=0, maximum=100_000_000),
             stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
             stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
+            host_overrides=r.download_slots(HostLimits(host_conc, conc_max, delay)),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -430,6 +449,36 @@ class _Reader:
             raise PoliteConfigError(name, value, "a path, with POLITE_STATS_JSONL set: the report is read from it")
         return value
 
+    def download_slots(self, defaults: HostLimits) -> dict[str, HostLimits]:
+        """Scrapy's ``DOWNLOAD_SLOTS`` as per-host :class:`HostLimits` over *defaults*.
+
+        ``delay`` is Scrapy's: with ``randomize_delay`` (default ``RANDOMIZE_DOWNLOAD_DELAY``)
+        it spans 0.5-1.5 times the delay, with ``jitter`` j it spans (1-j)-(1+j) times it.
+        An explicit ``concurrency`` is also the most the throttle grows the host to.
+        """
+        slots = self.settings.getdict("DOWNLOAD_SLOTS")
+        randomize = self.settings.getbool("RANDOMIZE_DOWNLOAD_DELAY", True)
+        out: dict[str, HostLimits] = {}
+        for key, entry in slots.items():
+            name = f"DOWNLOAD_SLOTS[{key!r}]"
+            if not isinstance(entry, dict):
+                raise PoliteConfigError(name, entry, "a dict with concurrency, delay, randomize_delay or jitter")
+            conc, conc_max, delay = defaults.concurrency, defaults.concurrency_max, defaults.delay
+            if entry.get("concurrency") is not None:
+                conc = conc_max = self._number(f"{name}['concurrency']", entry["concurrency"], int, 1, 100_000)
+            if entry.get("delay") is not None:
+                d = self._number(f"{name}['delay']", entry["delay"], float, 0.0, MAX_SECONDS / 2)
+                if "jitter" in entry:
+                    jitter = self._number(f"{name}['jitter']", entry["jitter"], float, 0.0, 1.0)
+                else:
+                    value = entry.get("randomize_delay", randomize)
+                    if not isinstance(value, bool):
+                        raise PoliteConfigError(f"{name}['randomize_delay']", value, "True or False")
+                    jitter = 0.5 if value else 0.0
+                delay = (d * (1 - jitter), d * (1 + jitter))
+            out[str(key)] = HostLimits(conc, conc_max, delay)
+        return out
+
     def range(self, name: str, positive: bool = False) -> tuple[float, float]:
         value = self.raw(name)
         if isinstance(value, str):
@@ -455,6 +504,17 @@ class _Reader:
 def _unset(value: Any) -> bool:
     """None or an empty string (``-s NAME=``): the setting is off."""
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def register_defaults(settings: BaseSettings) -> None:
+    """Add :data:`DEFAULTS` at Scrapy's ``default`` priority, below anything a project or ``-s`` sets."""
+    for name, value in DEFAULTS.items():
+        settings.set(name, value, priority="default")
+
+
+def enabled(settings: BaseSettings) -> bool:
+    """The validated ``POLITE_ENABLED``, for the add-on, which runs before the config is built."""
+    return _Reader(settings).bool("POLITE_ENABLED")
 
 
 def rate_limit_codes(settings: BaseSettings) -> frozenset[int]:

@@ -73,6 +73,8 @@ class _Waiter:
     created: float
     deferred: Deferred = field(repr=False)
     done: bool = False
+    #: Only this endpoint may serve it (a request whose ``meta['proxy']`` names a pool endpoint).
+    endpoint: str | None = None
 
 
 @dataclass
@@ -212,8 +214,11 @@ class LocalGate:
         on_stalled: Callable[[Lease], None] | None = None,
         host_memory: int = HOST_MEMORY,
         memory_ttl: float = 3600.0,
+        host_overrides: dict[str, tuple[int, tuple[float, float]]] | None = None,
     ) -> None:
         self.host_concurrency = host_concurrency
+        #: (concurrency, delay) a host starts at, by host key, instead of the two above.
+        self.host_overrides: dict[str, tuple[int, tuple[float, float]]] = dict(host_overrides or {})
         self.endpoint_concurrency = endpoint_concurrency
         self.delay = delay
         self.backoff = backoff
@@ -308,7 +313,7 @@ class LocalGate:
         h = self._hosts.get(host)
         if h is None:
             now = self._clock()
-            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
             learned = self.memory.recall(host, now)
             if learned is not None:
                 h.limit, h.delay, h.min_delay, h.interval = learned
@@ -569,15 +574,17 @@ class LocalGate:
         return None
 
     def acquire(
-        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None,
+        endpoint: str | None = None,
     ) -> Deferred:
         """A Deferred that fires with a :class:`Lease` when *host* may be sent to.
 
         *tag* (the request URL) only matters to shared backends, which list
-        what a crashed process was holding.
+        what a crashed process was holding. *endpoint* (a key) restricts the
+        lease to that endpoint, under the same gates.
         """
         now = self._clock()
-        waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)))
+        waiter = _Waiter(host, session, not_before, now, Deferred(lambda d: self._cancel(waiter)), endpoint=endpoint)
         if self._closed:
             waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
@@ -731,12 +738,13 @@ class LocalGate:
                 if waiter.not_before > now:
                     wake = min(wake, waiter.not_before)
                     continue
-                if rotation_blocked and waiter.session is None:
+                rotates = waiter.session is None and waiter.endpoint is None
+                if rotation_blocked and rotates:
                     continue
                 st, when = self._pick(waiter, h, now)
                 if st is None:
                     wake = min(wake, when)
-                    rotation_blocked = rotation_blocked or waiter.session is None
+                    rotation_blocked = rotation_blocked or rotates
                     continue
                 h.waiters.remove(waiter)
                 self._waiting_count -= 1
@@ -768,8 +776,10 @@ class LocalGate:
             ready = self._ready_at(st, waiter.host, h, now)
             return (st, 0.0) if ready <= now else (None, ready)
         wake = float("inf")
-        for key in self._idle:
-            st = self._endpoints[key]
+        for key in self._idle if waiter.endpoint is None else [waiter.endpoint]:
+            st = self._endpoints.get(key)
+            if st is None or key not in self._idle:
+                continue
             ready = self._ready_at(st, waiter.host, h, now)
             if ready <= now:
                 return st, 0.0

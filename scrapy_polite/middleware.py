@@ -21,7 +21,7 @@ from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from . import failures
+from . import compat, failures, requeue
 from . import playwright as playwright_support
 from . import signals as polite_signals
 from . import splash as splash_support
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LEASE_KEY = "_polite_lease"
+#: The ``meta['proxy']`` the package itself set, so that a retry is not taken for a user's choice.
+OWN_PROXY_KEY = "_polite_proxy"
 NOT_BEFORE_KEY = "_polite_not_before"
 
 
@@ -103,6 +105,14 @@ class PoliteProxyMiddleware:
             },
             extra={"spider": spider},
         )
+        if cfg.host_overrides:
+            # The gates space these hosts by their DOWNLOAD_SLOTS delay; Scrapy's slot must not add its own.
+            compat.drop_slot_delays(getattr(self.crawler.engine, "downloader", None))
+            for host, limits in cfg.host_overrides.items():
+                logger.info(
+                    "scrapy-polite: %s (DOWNLOAD_SLOTS): host concurrency %d (max %d), delay %.2f-%.2f s",
+                    host, limits.concurrency, limits.concurrency_max, *limits.delay, extra={"spider": spider},
+                )
         for label in cfg.duplicates:
             logger.warning("scrapy-polite: duplicate proxy %s ignored", label, extra={"spider": spider})
         self.stats.set_value("polite/endpoints", len(labels))
@@ -151,12 +161,12 @@ class PoliteProxyMiddleware:
         """
         if not self.crawler.settings.get("JOBDIR"):
             return False
-        scheduler = getattr(getattr(self.crawler.engine, "_slot", None), "scheduler", None)
+        scheduler = compat.engine_scheduler(self.crawler.engine)
         if scheduler is None:
             return False
         kept = request.replace(dont_filter=True)
         kept.meta.pop(LEASE_KEY, None)
-        kept.meta.pop("proxy", None)
+        forget_own_proxy(kept.meta)
         return bool(scheduler.enqueue_request(kept))
 
     def _orphans(self, process: str, count: int) -> None:
@@ -165,11 +175,9 @@ class PoliteProxyMiddleware:
     def _watch_engine(self) -> None:
         """Release waiters once the engine starts closing, so it need not wait for them."""
         engine = getattr(self.crawler, "engine", None)
-        slot = getattr(engine, "_slot", None)
         # The engine runs only once its engine_started handlers are done (a browser starting, say).
         self._engine_ran = self._engine_ran or bool(getattr(engine, "running", False))
-        stopped = self._engine_ran and not engine.running
-        if engine is not None and (stopped or getattr(slot, "closing", None) is not None):
+        if self._engine_ran and compat.engine_closing(engine):
             self._closing = True
             self.gate.close("spider closing", SpiderClosing)
 
@@ -240,15 +248,7 @@ class PoliteProxyMiddleware:
 
     def _close_spider(self, reason: str) -> None:
         self._closing = True
-        engine = self.crawler.engine
-        if engine is None:
-            return
-        if hasattr(engine, "close_spider_async"):
-            from scrapy.utils.defer import deferred_from_coro
-
-            deferred_from_coro(engine.close_spider_async(reason=reason))
-        else:  # Scrapy < 2.14
-            engine.close_spider(self.crawler.spider, reason)
+        compat.close_spider(self.crawler, reason)
 
     def _session_repinned(self, session: str, old: str | None, reason: str) -> None:
         logger.warning("scrapy-polite: session %r leaves %s (%s); it gets a new endpoint", session, old, reason)
@@ -287,6 +287,14 @@ class PoliteProxyMiddleware:
             if fresh is not None:
                 fresh.meta.pop(LEASE_KEY, None)
                 return fresh
+        preset = preset_proxy(meta)
+        pinned = None
+        if preset is not None:
+            pinned = self._pool_endpoint(preset)
+            if pinned is None:
+                self.stats.inc_value("polite/bypassed/preset_proxy")
+                logger.debug("scrapy-polite: %s keeps its own meta['proxy'], outside the pool", request.url)
+                return None
         session = meta.get("polite_session")
         if session is not None:
             session = str(session)
@@ -298,7 +306,11 @@ class PoliteProxyMiddleware:
             # Stored as wall time so it survives a trip through a disk queue.
             not_before = time.monotonic() + max(0.0, not_before - time.time())
         arrived = time.monotonic()
-        lease = await maybe_deferred_to_future(self.gate.acquire(host, session, not_before, tag=request.url))
+        acquiring = (
+            self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
+            if pinned is not None else self.gate.acquire(host, session, not_before, tag=request.url)
+        )
+        lease = await maybe_deferred_to_future(acquiring)
         meta[LEASE_KEY] = lease
         probing = self.runtime.stats.exit_ip_known(lease.endpoint) if self.runtime.stats is not None else None
         if probing is not None:
@@ -318,7 +330,15 @@ class PoliteProxyMiddleware:
             await self.playwright.bind(request, lease)
             meta.pop("proxy", None)
         else:
-            meta["proxy"] = lease.endpoint.url
+            meta["proxy"] = meta[OWN_PROXY_KEY] = lease.endpoint.url
+        return None
+
+    def _pool_endpoint(self, proxy: str) -> str | None:
+        """The key of the pool endpoint whose URL (credentials included) is *proxy*, if any."""
+        wanted = _proxy_id(proxy)
+        for key, st in self.gate.endpoints.items():
+            if not st.removed and _proxy_id(st.endpoint.url) == wanted:
+                return key
         return None
 
     def _request_left(self, request: Request, spider: Any = None) -> None:
@@ -518,18 +538,28 @@ class PoliteProxyMiddleware:
         }
         counter = f"polite_{kind}_retries"
         done = request.meta.get(counter, 0)
-        spent = done >= budgets[kind]
+        status = response.status if response is not None else None
+        decision = requeue.decide(request.meta, kind, budgets[kind], done, status)
+        spent = decision.verdict == requeue.SPENT
         self._record(
             request, lease, response=response, exception=exception, rate_limited=kind == "rate",
             proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
         )
+        what = status if status is not None else type(exception).__name__
+        if decision.verdict in (requeue.DONT_RETRY, requeue.HANDLED):
+            self.stats.inc_value(f"polite/not_requeued/{decision.verdict}")
+            logger.debug(
+                "scrapy-polite: not re-queuing %s (%s: %s via %s), as its meta asks",
+                request.url, decision.verdict, what, lease.endpoint.label,
+            )
+            return response
         if spent:
-            what = response.status if response is not None else type(exception).__name__
             logger.error(
                 "scrapy-polite: gave up %s after %d %s re-queue(s) (last: %s via %s)",
                 request.url, done, kind, what, lease.endpoint.label,
             )
             self._gave_up(request, kind, str(what))
+            self.stats.inc_value("retry/max_reached")
             if response is not None:
                 return response
             # Given up once: RetryMiddleware must not send it again on top of this budget.
@@ -542,10 +572,13 @@ class PoliteProxyMiddleware:
         new.meta[counter] = done + 1
         new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
         new.meta.pop(LEASE_KEY, None)
-        new.meta.pop("proxy", None)
+        forget_own_proxy(new.meta)
         if delay:
             new.meta[NOT_BEFORE_KEY] = time.time() + delay
         self.stats.inc_value(f"polite/requeued/{kind}")
+        # Scrapy's own retry stats, which monitors (Spidermon) read: 429 is no longer RetryMiddleware's.
+        self.stats.inc_value("retry/count")
+        self.stats.inc_value(f"retry/reason_count/{requeue.retry_reason(status, exception)}")
         if kind == "rate":
             self.crawler.signals.send_catch_log(
                 polite_signals.request_rate_limited,
@@ -649,6 +682,48 @@ def _failure_outcome(request: Request, exc: Exception, host: str, gave_up: bool)
         exit_ip_source=None, requeues=request.meta.get("polite_requeues", 0),
         rate_limited=False, gave_up=gave_up,
     )
+
+
+def preset_proxy(meta: Any) -> str | None:
+    """The ``meta['proxy']`` the request came with, unless the package set it on an earlier attempt."""
+    proxy = meta.get("proxy")
+    if not proxy or _is_own_proxy(meta):
+        return None
+    return str(proxy)
+
+
+def forget_own_proxy(meta: Any) -> None:
+    """Drop the package's own ``meta['proxy']`` (and its mark) before the request goes round again."""
+    if _is_own_proxy(meta):
+        meta.pop("proxy", None)
+    meta.pop(OWN_PROXY_KEY, None)
+
+
+def _is_own_proxy(meta: Any) -> bool:
+    """Whether ``meta['proxy']`` is the one the package set: HttpProxyMiddleware may since have moved
+    its credentials into a header, so scheme, host and port decide."""
+    own, proxy = meta.get(OWN_PROXY_KEY), meta.get("proxy")
+    if not own or not proxy:
+        return False
+    if proxy == own:
+        return True
+    (scheme, _, host, port), (own_scheme, _, own_host, own_port) = _proxy_id(str(proxy)), _proxy_id(str(own))
+    return (scheme, host, port) == (own_scheme, own_host, own_port)
+
+
+def _proxy_id(url: str) -> tuple[str, str, str | None, int | None]:
+    """A proxy URL compared as Scrapy would connect: scheme, credentials, host, port."""
+    from urllib.parse import urlsplit
+
+    from scrapy.utils.url import add_http_if_no_scheme
+
+    parts = urlsplit(add_http_if_no_scheme(url))
+    userinfo = parts.netloc.rpartition("@")[0]
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), userinfo, (parts.hostname or "").lower(), port
 
 
 def _mtime(path: str) -> float | None:

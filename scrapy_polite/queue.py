@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.pqueues import DownloaderAwarePriorityQueue, DownloaderInterface
 
+from . import compat
 from .runtime import get_runtime
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class _GateInterface(DownloaderInterface):
         return [(self.load(gate, slot), slot) for slot in possible_slots]
 
     def load(self, gate: Any, slot: str) -> int:
-        return gate.host_load(slot) + self._active_downloads(slot)
+        return gate.host_load(slot) + compat.active_downloads(self.downloader, slot)
 
 
 class SortedNames:
@@ -175,7 +176,8 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
 
     def __init__(self, crawler: Crawler, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
         super().__init__(crawler, *args, **kwargs)
-        self._downloader_interface = iface = _GateInterface(crawler)
+        iface = _GateInterface(crawler)
+        compat.set_downloader_interface(self, iface)
         gate = get_runtime(crawler).gate
         self._gate = gate
         self._index: LoadIndex | None = None

@@ -164,6 +164,7 @@ class _Waiter:
     tag: str | None
     deferred: Deferred = field(repr=False)
     done: bool = False
+    endpoint: str | None = None
 
 
 class RedisGate:
@@ -195,6 +196,7 @@ class RedisGate:
         on_outage_timeout: Callable[[float], None] | None = None,
         stall_timeout: float = 0.0,
         on_stalled: Callable[[Lease], None] | None = None,
+        host_overrides: dict[str, tuple[int, tuple[float, float]]] | None = None,
     ) -> None:
         self._redis = import_redis()
         # Redis away: wait and retry. Any other Redis error (out of memory, a script error)
@@ -206,6 +208,8 @@ class RedisGate:
         self.label = mask_url(url)
         self.keys = Keys(namespace)
         self.host_concurrency = host_concurrency
+        #: (concurrency, delay) a host starts at, by host key, instead of the two above.
+        self.host_overrides: dict[str, tuple[int, tuple[float, float]]] = dict(host_overrides or {})
         self.endpoint_concurrency = endpoint_concurrency
         self.delay = delay
         self.backoff = backoff
@@ -397,7 +401,7 @@ class RedisGate:
     def host(self, host: str) -> HostState:
         h = self._hosts.get(host)
         if h is None:
-            h = self._hosts[host] = HostState(limit=self.host_concurrency, delay=self.delay)
+            h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
             self._longest.set(host, max(h.delay[1], h.min_delay))
             self._idle_host(host)
         return h
@@ -582,11 +586,12 @@ class RedisGate:
     # -- leasing -----------------------------------------------------------
 
     def acquire(
-        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None
+        self, host: str, session: str | None = None, not_before: float = 0.0, tag: str | None = None,
+        endpoint: str | None = None,
     ) -> Deferred:
         now = self._clock()
         waiter = _Waiter(host, session, not_before, now, secrets.token_hex(8), tag,
-                         Deferred(lambda d: self._cancel(waiter)))
+                         Deferred(lambda d: self._cancel(waiter)), endpoint=endpoint)
         if self._closed:
             waiter.deferred.errback(self._close_error(self._closed))
             return waiter.deferred
@@ -762,11 +767,13 @@ class RedisGate:
                 tries.append(w)
         return tries, wake
 
-    def _free_candidates(self, host: str) -> list[str]:
+    def _free_candidates(self, host: str, only: str | None = None) -> list[str]:
         now = self._clock()
         out = []
-        for key in self._order:
-            st = self._endpoints[key]
+        for key in self._order if only is None else [only]:
+            st = self._endpoints.get(key)
+            if st is None:
+                continue
             # Dead endpoints stay on offer: one probe per longest backoff (the script decides).
             if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
                     and self._spacing.get((key, host), 0.0) <= now):
@@ -796,13 +803,14 @@ class RedisGate:
             ids = [self._ids[k] for k in usable[:SESSION_CANDIDATES]]
         else:
             hint, complete = "", "0"
-            ids = self._free_candidates(host)
+            ids = self._free_candidates(host, only=w.endpoint)
         h = self.host(host)
         low, high = h.delay
         u = self._rng.random()
         code, ep_id, at, state, health, signal = await self._scripts["acquire"](args=[
             self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
-            self.host_concurrency, low, high, self.max_failures, self.backoff[1],
+            self.host_overrides.get(host, (self.host_concurrency,))[0], low, high, self.max_failures,
+            self.backoff[1],
             u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
             self._seen, self._longest_spacing(), self.host_ttl, *ids,
         ])

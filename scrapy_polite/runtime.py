@@ -47,6 +47,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         # Two file checks: a file caught mid-rewrite is read whole at the next one.
         "removal_grace": 2 * cfg.proxies_file_check_interval if cfg.proxies_file else 0.0,
         "stall_timeout": cfg.stall_timeout,
+        "host_overrides": {k: (v.concurrency, v.delay) for k, v in cfg.host_overrides.items()},
     }
     if cfg.state == "memory":
         from .gate import LocalGate

@@ -312,12 +312,12 @@ class ThrottlePolicy:
                 restore(p, kept)
             h = self.gate.host(host)
             p.grants.append((now, h.grants))
-            cfg = self.config
-            if cfg.adaptive and h.interval <= 0 and cfg.delay[0] > 0:
+            cfg, limits = self.config, self.config.host_limits(host)
+            if cfg.adaptive and h.interval <= 0 and limits.delay[0] > 0:
                 # Slow start: a new host begins at its concurrency at the shortest
                 # spacing, and climbs from there while its answers stay clean.
                 before = self._snapshot(host)
-                reason = self._set_rate(p, host, cfg.host_concurrency / cfg.delay[0], now)
+                reason = self._set_rate(p, host, limits.concurrency / limits.delay[0], now)
                 self.notify(host, before, self._snapshot(host), f"slow start: {reason}", {})
         return p
 
@@ -368,7 +368,7 @@ class ThrottlePolicy:
         # Just above the failing gap, or the shortest gap known to be clean if that
         # is not far above it: a known-good spacing beats a guess.
         target = max(gap * (1 + SPACING_MARGIN), min(self._shortest_clean_gap(p, now), gap * (1 + SPACING_REACH)))
-        new_lo = min(target, DELAY_CEILING * cfg.delay[1])
+        new_lo = min(target, DELAY_CEILING * cfg.host_limits(host).delay[1])
         if new_lo <= lo:
             return []
         new_hi = new_lo * (1 + MIN_JITTER)
@@ -378,15 +378,15 @@ class ThrottlePolicy:
         p.spacing_changed = now
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
 
-    def _spacing_floor(self, p: _HostPolicy) -> float:
+    def _spacing_floor(self, p: _HostPolicy, host: str) -> float:
         """The shortest spacing the configuration and the longest failing gap allow."""
-        cfg = self.config
-        return max(cfg.delay_floor if cfg.adaptive else cfg.delay[0], p.bad_gap * (1 + SPACING_MARGIN))
+        cfg, low = self.config, self.config.host_limits(host).delay[0]
+        return max(min(cfg.delay_floor, low) if cfg.adaptive else low, p.bad_gap * (1 + SPACING_MARGIN))
 
     def _narrow_spacing(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """Adaptive mode: one step below the current spacing, while it is what limits the pool."""
         lo, hi = self.gate.host(host).delay
-        new_lo = min(lo, max(self._spacing_floor(p), lo * SPACING_STEP))
+        new_lo = min(lo, max(self._spacing_floor(p, host), lo * SPACING_STEP))
         new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
         if new_hi >= hi - 1e-6:
             return []
@@ -495,7 +495,7 @@ class ThrottlePolicy:
     def _set_rate(self, p: _HostPolicy, host: str, rate: float | None, now: float) -> str:
         """Set the host rate (``None``: none) and return what changed."""
         old = self.gate.host(host).interval
-        longest = DELAY_CEILING * max(self.config.delay[1], 1.0)
+        longest = DELAY_CEILING * max(self.config.host_limits(host).delay[1], 1.0)
         interval = 0.0 if rate is None else min(1 / rate, longest) if rate > 0 else longest
         if interval < MIN_INTERVAL:
             interval = 0.0
@@ -508,22 +508,23 @@ class ThrottlePolicy:
     def _clean_window(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """A recovery window without a signal: +1 concurrency, spacing back toward POLITE_DELAY."""
         cfg, h = self.config, self.gate.host(host)
+        base = cfg.host_limits(host)
         p.last_change = now
         p.floor_hits = 0
         p.bad_gap *= BAD_GAP_DECAY
         changes: list[str] = []
-        if h.limit < cfg.host_concurrency_max:
+        if h.limit < base.concurrency_max:
             self.gate.set_host_limit(host, h.limit + 1)
             changes.append("clean window: +1 concurrency")
         if not cfg.adaptive:
             lo, hi = h.delay
-            floor = self._spacing_floor(p)
+            floor = self._spacing_floor(p, host)
             if lo > floor + 1e-9:
                 new_lo = max(floor, lo * DELAY_SHRINK)
-                self.gate.set_host_delay(host, (new_lo, max(cfg.delay[1], hi * new_lo / lo)))
+                self.gate.set_host_delay(host, (new_lo, max(base.delay[1], hi * new_lo / lo)))
                 changes.append("clean window: spacing narrowed")
-            elif hi > cfg.delay[1] + 1e-9 and lo <= cfg.delay[0] + 1e-9:
-                self.gate.set_host_delay(host, cfg.delay)
+            elif hi > base.delay[1] + 1e-9 and lo <= base.delay[0] + 1e-9:
+                self.gate.set_host_delay(host, base.delay)
                 changes.append("clean window: spacing restored")
         return changes
 
@@ -673,7 +674,7 @@ class HostThrottle:
         self._robots_seen[host] = None
         if len(self._robots_seen) > self._robots_max:
             self._robots_seen.popitem(last=False)
-        delay = _crawl_delay(response.text if hasattr(response, "text") else "")
+        delay = _crawl_delay(response.text if hasattr(response, "text") else "", robots_agent(self.crawler.settings))
         if delay is None:
             return
         rt = get_runtime(self.crawler)
@@ -686,6 +687,11 @@ class HostThrottle:
             )
         else:
             logger.info("scrapy-polite: %s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
+
+
+def robots_agent(settings: Any) -> str:
+    """The agent robots.txt rules are read for: ``ROBOTSTXT_USER_AGENT``, else ``USER_AGENT`` (as RobotsTxtMiddleware)."""
+    return settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
 
 
 def _crawl_delay(text: str, agent: str = "*") -> float | None:

@@ -169,15 +169,9 @@ class TrialGuard:
         if self._closing:
             return
         self._closing = True
-        engine = self.crawler.engine
-        if engine is None:
-            return
-        if hasattr(engine, "close_spider_async"):
-            from scrapy.utils.defer import deferred_from_coro
+        from .compat import close_spider
 
-            deferred_from_coro(engine.close_spider_async(reason=reason))
-        else:  # Scrapy < 2.14
-            engine.close_spider(self.crawler.spider, reason)
+        close_spider(self.crawler, reason)
 
     def _closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:

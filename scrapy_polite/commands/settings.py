@@ -23,10 +23,9 @@ def register_defaults(settings: Any) -> None:
     """Add the ``POLITE_*`` defaults to *settings* when they enable the add-on, overriding nothing."""
     if not enables_addon(settings):
         return
-    from ..config import DEFAULTS
+    from ..config import register_defaults as register
 
-    for name, value in DEFAULTS.items():
-        settings.set(name, value, priority="default")
+    register(settings)
 
 
 class Command(ScrapySettingsCommand):

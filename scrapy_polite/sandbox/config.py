@@ -55,6 +55,8 @@ class SiteConfig:
     strikes_to_block: int | None = 3
     rate_limited_status: int = 429
     robots_crawl_delay: float | None = None
+    #: Crawl-delay per User-agent group of robots.txt, beside the ``*`` group above.
+    robots_agent_delays: dict[str, float] = field(default_factory=dict)
     pages: int = 100
     per_list: int = 20
     tls: bool = False

@@ -288,6 +288,9 @@ class Site:
                 body = f"User-agent: *\nCrawl-delay: {cfg.robots_crawl_delay:g}\n"
             else:
                 body = "User-agent: *\nAllow: /\n"
+            body += "".join(
+                f"\nUser-agent: {agent}\nCrawl-delay: {delay:g}\n" for agent, delay in cfg.robots_agent_delays.items()
+            )
             return _Reply(200, body.encode(), "text/plain; charset=utf-8")
         if p in ("/", "/index.html"):
             n_lists = math.ceil(cfg.pages / cfg.per_list)
