@@ -133,7 +133,7 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
     # What the package imports at run time, beyond the standard library.
     assert requires == {"scrapy", "hdrhistogram", "twisted", "protego", "cryptography"}
     # Extras are features for users; the test, lint and bench tools are dependency groups.
-    assert set(fields["Provides-Extra"]) == {"prometheus", "connect-headers", "redis", "splash"}
+    assert set(fields["Provides-Extra"]) == {"prometheus", "connect-headers", "redis", "splash", "playwright"}
 
 
 @pytest.mark.parametrize(("command", "expected"), [
