@@ -21,6 +21,7 @@ from logcheck import (
     refetched,
     statuses,
 )
+from test_stats import read_jsonl
 
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.runtime import get_runtime
@@ -234,7 +235,6 @@ async def test_polite_enabled_false_leaves_the_crawl_alone(sandbox) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sandbox, tmp_path, caplog) -> None:
-    import json
 
     sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=3)))
     url = sb.site_url("a") + "/status/429"  # always rate-limited
@@ -245,7 +245,7 @@ async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sand
             "POLITE_DELAY": (0.05, 0.1), "POLITE_STATS_JSONL": str(jsonl),
         }, start_url=url)
     assert [e["status"] for e in sb.log()] == [429, 429, 429]  # the first try and its two re-queues
-    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    records = read_jsonl(jsonl)
     assert [(r["status"], r["requeues"], r["gave_up"]) for r in records] == [
         (429, 0, False), (429, 1, False), (429, 2, True)]
     assert result.stats["polite/gave_up"] == result.stats["polite/gave_up/rate"] == 1
