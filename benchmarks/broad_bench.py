@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gate_bench import FakeClock  # noqa: E402
 from scrapy.settings import Settings  # noqa: E402
 
-from scrapy_polite.config import PoliteConfig  # noqa: E402
-from scrapy_polite.endpoints import Endpoint  # noqa: E402
-from scrapy_polite.gate import LocalGate  # noqa: E402
-from scrapy_polite.memory import HOST_MEMORY  # noqa: E402
-from scrapy_polite.throttle import ThrottlePolicy  # noqa: E402
+from scrapy_polite.gate.local import LocalGate  # noqa: E402
+from scrapy_polite.pool.endpoints import Endpoint  # noqa: E402
+from scrapy_polite.pool.host_memory import HOST_MEMORY  # noqa: E402
+from scrapy_polite.settings.config import PoliteConfig  # noqa: E402
+from scrapy_polite.throttle.policy import ThrottlePolicy  # noqa: E402
 
 ENDPOINTS = 8
 #: Requests of the 1-host case, the per-request baseline.

@@ -1,4 +1,4 @@
-"""Micro-benchmark of :class:`scrapy_polite.gate.LocalGate` alone, on a fake clock.
+"""Micro-benchmark of :class:`scrapy_polite.gate.local.LocalGate` alone, on a fake clock.
 
 Each request is ``acquire`` (granted at once) then, with up to 8 leases held,
 ``release`` of the oldest: the same logical workload at two pool sizes, so the
@@ -18,8 +18,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scrapy_polite.endpoints import Endpoint  # noqa: E402
-from scrapy_polite.gate import Lease, LocalGate  # noqa: E402
+from scrapy_polite.gate.local import Lease, LocalGate  # noqa: E402
+from scrapy_polite.pool.endpoints import Endpoint  # noqa: E402
 
 HELD = 8
 

@@ -1,4 +1,4 @@
-"""Benchmark of :class:`scrapy_polite.redis_gate.RedisGate` against a real ``redis-server``.
+"""Benchmark of :class:`scrapy_polite.gate.redis.backend.RedisGate` against a real ``redis-server``.
 
 One request to each of N hosts (acquire, grant, release, one at a time), then the
 hosts go idle: µs per request (wall and this process's CPU), the process's resident memory
@@ -48,8 +48,8 @@ async def child(url: str, namespace: str, n_hosts: int) -> dict[str, Any]:
     """One run: the workload, then idle, then what is left in this process and in Redis."""
     import redis
 
-    from scrapy_polite.endpoints import Endpoint
-    from scrapy_polite.redis_gate import RedisGate
+    from scrapy_polite.gate.redis.backend import RedisGate
+    from scrapy_polite.pool.endpoints import Endpoint
 
     eps = [Endpoint(key=f"http://10.0.0.{i}:8000", url=f"http://10.0.0.{i}:8000", label=f"ep{i}")
            for i in range(ENDPOINTS)]

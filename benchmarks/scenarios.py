@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from scrapy_polite.config import DEFAULTS
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.settings.config import DEFAULTS
 
 POLITE_DELAY_MEAN = sum(DEFAULTS["POLITE_DELAY"]) / 2
 

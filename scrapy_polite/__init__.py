@@ -4,10 +4,10 @@ Enable everything with ``ADDONS = {"scrapy_polite.Addon": 500}`` and list
 your proxies in ``POLITE_PROXIES``.
 """
 
-from .addon import Addon
-from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
-from .retry_after import parse_retry_after
-from .sessions import follow_in_session, session_meta
+from scrapy_polite.addon import Addon
+from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost
+from scrapy_polite.pool.sessions import follow_in_session, session_meta
 
 __version__ = "0.1.0"
 

@@ -13,8 +13,8 @@ import sys
 
 #: Command name -> the module holding its ``DESCRIPTION``, ``add_arguments``, ``run`` and ``main``.
 COMMANDS = {
-    "report": "scrapy_polite.report",
-    "fleet": "scrapy_polite.fleet",
+    "report": "scrapy_polite.metrics.report",
+    "fleet": "scrapy_polite.metrics.fleet",
 }
 PROG = "python -m scrapy_polite"
 

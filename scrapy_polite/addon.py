@@ -9,11 +9,11 @@ from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
-MIDDLEWARE = "scrapy_polite.middleware.PoliteProxyMiddleware"
-THROTTLE = "scrapy_polite.throttle.HostThrottle"
-STATS = "scrapy_polite.stats.PoliteStats"
-QUEUE = "scrapy_polite.queue.PolitePriorityQueue"
-TRIAL_GUARD = "scrapy_polite.trial.TrialGuard"
+MIDDLEWARE = "scrapy_polite.downloader.middleware.PoliteProxyMiddleware"
+THROTTLE = "scrapy_polite.throttle.policy.HostThrottle"
+STATS = "scrapy_polite.metrics.stats.PoliteStats"
+QUEUE = "scrapy_polite.scheduler.queue.PolitePriorityQueue"
+TRIAL_GUARD = "scrapy_polite.tune.trial.TrialGuard"
 #: Just before CookiesMiddleware (700), SplashMiddleware (725), HttpProxyMiddleware (750).
 MIDDLEWARE_PRIORITY = 650
 
@@ -31,7 +31,7 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
-        from .config import enabled, register_defaults
+        from scrapy_polite.settings.config import enabled, register_defaults
 
         register_defaults(settings)
         if not enabled(settings):
@@ -43,12 +43,12 @@ class Addon:
         settings.setdefault_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
         if settings.get("POLITE_TUNE_TRIAL_FILE"):
             # A trial crawl of `scrapy polite-tune`: its request allowance, counted before the gate.
-            from .trial import PRIORITY
+            from scrapy_polite.tune.trial import PRIORITY
 
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(TRIAL_GUARD), PRIORITY)
         if settings.get("SCHEDULER_PRIORITY_QUEUE") == "scrapy.pqueues.DownloaderAwarePriorityQueue":
             settings.set("SCHEDULER_PRIORITY_QUEUE", QUEUE, "addon")
-        from .config import rate_limit_codes
+        from scrapy_polite.settings.config import rate_limit_codes
 
         # The same validated reading as the middleware's, so a bad value stops here with its error.
         rate_codes = rate_limit_codes(settings)

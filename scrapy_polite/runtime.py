@@ -9,12 +9,12 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from .config import PoliteConfig
+from scrapy_polite.settings.config import PoliteConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from .gate import LocalGate
+    from scrapy_polite.gate.local import LocalGate
 
 
 class Runtime:
@@ -50,12 +50,12 @@ def _build_gate(cfg: PoliteConfig) -> Any:
         "host_overrides": {k: (v.concurrency, v.delay) for k, v in cfg.host_overrides.items()},
     }
     if cfg.state == "memory":
-        from .gate import LocalGate
+        from scrapy_polite.gate.local import LocalGate
 
         return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl)
-    from .errors import PoliteConfigError
-    from .redis_gate import RedisGate
-    from .redis_state import check_reachable, mask_url
+    from scrapy_polite.errors import PoliteConfigError
+    from scrapy_polite.gate.redis.backend import RedisGate
+    from scrapy_polite.gate.redis.state import check_reachable, mask_url
 
     try:
         from scrapy.utils.reactor import is_asyncio_reactor_installed

@@ -24,5 +24,5 @@ endpoint_health_changed = object()
 session_repinned = object()
 
 #: One request finished (response or failure). Args: ``outcome``
-#: (:class:`scrapy_polite.outcome.Outcome`).
+#: (:class:`scrapy_polite.metrics.outcome.Outcome`).
 outcome_recorded = object()

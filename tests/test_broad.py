@@ -15,13 +15,13 @@ from logcheck import items_fetched
 from scrapy.pqueues import DownloaderAwarePriorityQueue
 from scrapy.settings import Settings
 
-from scrapy_polite.config import PoliteConfig
-from scrapy_polite.endpoints import Endpoint
-from scrapy_polite.gate import PAIR_MEMORY, LocalGate
-from scrapy_polite.memory import HostMemory
-from scrapy_polite.queue import ROUND_ROBIN, LoadIndex, SortedNames
+from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
+from scrapy_polite.pool.endpoints import Endpoint
+from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
-from scrapy_polite.throttle import ThrottlePolicy
+from scrapy_polite.scheduler.queue import ROUND_ROBIN, LoadIndex, SortedNames
+from scrapy_polite.settings.config import PoliteConfig
+from scrapy_polite.throttle.policy import ThrottlePolicy
 
 
 class Clock:
@@ -253,8 +253,8 @@ def test_queue_pops_in_the_order_of_the_previous_implementation(monkeypatch: pyt
     """The indexed queue against the same class asking the gate about every slot on each pop."""
     from scrapy.squeues import FifoMemoryQueue
 
-    from scrapy_polite import queue as queue_module
     from scrapy_polite.runtime import get_runtime
+    from scrapy_polite.scheduler import queue as queue_module
 
     rng = random.Random(7)
     crawler = FakeCrawler()

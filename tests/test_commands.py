@@ -106,13 +106,13 @@ def shown(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.once
 def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: Path) -> None:
     eps = entry_points(wheel)
-    assert eps["console_scripts"] == {"polite-report": "scrapy_polite.report:main",
-                                      "polite-fleet": "scrapy_polite.fleet:main"}
+    assert eps["console_scripts"] == {"polite-report": "scrapy_polite.metrics.report:main",
+                                      "polite-fleet": "scrapy_polite.metrics.fleet:main"}
     assert eps["scrapy.commands"] == {
-        "polite-tune": "scrapy_polite.commands.tune:Command",
-        "polite-report": "scrapy_polite.commands.report:Command",
-        "polite-fleet": "scrapy_polite.commands.fleet:Command",
-        "settings": "scrapy_polite.commands.settings:Command",
+        "polite-tune": "scrapy_polite.cli.tune:Command",
+        "polite-report": "scrapy_polite.cli.report:Command",
+        "polite-fleet": "scrapy_polite.cli.fleet:Command",
+        "settings": "scrapy_polite.cli.settings:Command",
     }
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
@@ -216,7 +216,7 @@ def make_project(root: Path, settings: str, spider: str = "") -> Path:
 
 
 def test_scrapy_settings_answers_for_the_defaults(tmp_path: Path, installed_env: dict[str, str]) -> None:
-    from scrapy_polite.config import DEFAULTS
+    from scrapy_polite.settings.config import DEFAULTS
 
     def get(cwd: Path, name: str, *args: str) -> str:
         proc = run([sys.executable, "-m", "scrapy", "settings", "--get", name, *args], installed_env, cwd=cwd)

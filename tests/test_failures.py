@@ -13,7 +13,7 @@ from test_units import config, granted, make_gate
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError, DNSLookupError, TimeoutError
 from twisted.web.client import ResponseFailed, ResponseNeverReceived
 
-from scrapy_polite.failures import (
+from scrapy_polite.downloader.failures import (
     AMBIGUOUS,
     ENDPOINT,
     HOST,
@@ -26,7 +26,7 @@ from scrapy_polite.failures import (
     classify,
     tunnel_status,
 )
-from scrapy_polite.throttle import ThrottlePolicy
+from scrapy_polite.throttle.policy import ThrottlePolicy
 
 
 def tunnel(status: int, reason: bytes, port: int) -> Exception:

@@ -77,7 +77,7 @@ class Steps:
 
 @pytest.mark.once
 def test_removal_grace_ends_once_per_removal() -> None:
-    from scrapy_polite.gate import RemovalGrace
+    from scrapy_polite.gate.local import RemovalGrace
 
     grace = RemovalGrace(1.0)
     assert grace.start("a", 10.0) == 11.0
@@ -109,8 +109,8 @@ class FakeTime:
 
 
 def local_gate(policy: str = "fail", **kw: Any) -> tuple[Any, FakeTime, list[Any]]:
-    from scrapy_polite.endpoints import expand
-    from scrapy_polite.gate import LocalGate
+    from scrapy_polite.gate.local import LocalGate
+    from scrapy_polite.pool.endpoints import expand
 
     ft = FakeTime()
     endpoints, _ = expand([f"http://127.0.0.1:{8001 + i}" for i in range(2)], 1)

@@ -21,9 +21,9 @@ from example_project.spiders.catalogue import CatalogueSpider
 from faultcheck import FAULT_AUTH, assert_clean, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched, statuses
 
-from scrapy_polite.config import DEFAULTS
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.sandbox.config import LITERAL_RETRY_AFTER
+from scrapy_polite.settings.config import DEFAULTS
 
 PAGES = 12
 

@@ -239,7 +239,7 @@ async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sand
     sb = sandbox(SandboxConfig(sites=[site()], proxies=ProxyConfig(count=3)))
     url = sb.site_url("a") + "/status/429"  # always rate-limited
     jsonl = tmp_path / "s.jsonl"
-    with caplog.at_level("ERROR", logger="scrapy_polite.middleware"):
+    with caplog.at_level("ERROR", logger="scrapy_polite.downloader.middleware"):
         result = await crawl(CatalogueSpider, {
             "POLITE_PROXIES": sb.proxy_urls, "POLITE_RATE_RETRY_TIMES": 2, "POLITE_COOLDOWN": (0.1, 0.2),
             "POLITE_DELAY": (0.05, 0.1), "POLITE_STATS_JSONL": str(jsonl),

@@ -338,9 +338,9 @@ async def test_blocked_resource_types_never_reach_the_site(sandbox, tmp_path, br
 
 @pytest.mark.once
 def test_the_context_takes_the_endpoint_credentials_apart_and_its_name_has_none() -> None:
-    from scrapy_polite.endpoints import expand
-    from scrapy_polite.gate import Lease
-    from scrapy_polite.playwright import context_name, proxy_settings
+    from scrapy_polite.downloader.playwright import context_name, proxy_settings
+    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.pool.endpoints import expand
 
     assert proxy_settings("http://us%40er:p%3Ass@10.0.0.1:8000") == {
         "server": "http://10.0.0.1:8000", "username": "us@er", "password": "p:ss",
@@ -358,8 +358,8 @@ def test_the_context_takes_the_endpoint_credentials_apart_and_its_name_has_none(
 def test_playwright_settings_are_validated() -> None:
     from scrapy.settings import Settings
 
-    from scrapy_polite.config import PLAYWRIGHT_CONTEXTS_DEFAULT, PoliteConfig
     from scrapy_polite.errors import PoliteConfigError
+    from scrapy_polite.settings.config import PLAYWRIGHT_CONTEXTS_DEFAULT, PoliteConfig
 
     def cfg(**s: Any) -> PoliteConfig:
         return PoliteConfig.from_settings(Settings({"POLITE_PROXIES": ["http://127.0.0.1:8001"], **s}))

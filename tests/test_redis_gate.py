@@ -14,10 +14,10 @@ import pytest_twisted
 import redis
 from twisted.internet.defer import Deferred
 
-from scrapy_polite.endpoints import Endpoint
 from scrapy_polite.errors import SessionEndpointLost
-from scrapy_polite.gate import Lease
-from scrapy_polite.redis_gate import RedisGate
+from scrapy_polite.gate.local import Lease
+from scrapy_polite.gate.redis.backend import RedisGate
+from scrapy_polite.pool.endpoints import Endpoint
 
 # The Redis gate is asyncio and Redis only: these tests run once, in the current environment.
 pytestmark = pytest.mark.once
@@ -452,7 +452,7 @@ async def test_a_redis_error_drops_the_update_and_the_next_ones_go_through(redis
 
 @on_asyncio
 async def test_the_orphans_list_is_bounded(redis_server) -> None:
-    kept = 100_000  # scrapy_polite.redis_gate.ORPHANS_KEPT
+    kept = 100_000  # scrapy_polite.gate.redis.backend.ORPHANS_KEPT
     client = admin(redis_server.url)
     for start in range(0, kept, 20_000):
         client.rpush("t:orphans", *(f"old{i}" for i in range(start, start + 20_000)))

@@ -24,7 +24,7 @@ from logcheck import statuses
 from test_stats import _chromium, check_report_structure, chromium_dom
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.report import ReportData, build, render
+from scrapy_polite.metrics.report import ReportData, build, render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 #: The INFO (WARNING for a park) line the throttle logs for each decision.
@@ -353,7 +353,7 @@ def test_report_memory_per_host_is_small() -> None:
 
 @pytest.mark.once
 def test_throttle_events_name_each_changed_value() -> None:
-    from scrapy_polite.throttle import throttle_events
+    from scrapy_polite.throttle.policy import throttle_events
 
     old = {"concurrency": 4, "delay": (0.3, 0.35), "interval": 0.0, "paused_until": 0.0}
     new = {"concurrency": 2, "delay": (0.5, 0.52), "interval": 0.5, "paused_until": 101.0}

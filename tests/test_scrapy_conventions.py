@@ -21,12 +21,12 @@ from logcheck import items_fetched, max_inflight_host, min_spacing_per_ip
 from scrapy import signals
 from scrapy.utils.response import response_status_message
 
-from scrapy_polite.config import DEFAULTS
 from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.settings.config import DEFAULTS
 
-MIDDLEWARE = "scrapy_polite.middleware.PoliteProxyMiddleware"
-STATS = "scrapy_polite.stats.PoliteStats"
+MIDDLEWARE = "scrapy_polite.downloader.middleware.PoliteProxyMiddleware"
+STATS = "scrapy_polite.metrics.stats.PoliteStats"
 FAST = {"POLITE_DELAY": (0.05, 0.1), "POLITE_COOLDOWN": (0.1, 0.2)}
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from scrapy.settings import Settings
 
-from scrapy_polite.config import PoliteConfig
-from scrapy_polite.endpoints import expand, gateway_session_id, read_proxies_file
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.gate import EndpointState, Lease, LocalGate, SessionState
-from scrapy_polite.redis_state import endpoint_id, mask_url
+from scrapy_polite.gate.local import EndpointState, Lease, LocalGate, SessionState
+from scrapy_polite.gate.redis.state import endpoint_id, mask_url
+from scrapy_polite.pool.endpoints import expand, gateway_session_id, read_proxies_file
+from scrapy_polite.settings.config import PoliteConfig
 
 # These checks do not depend on Scrapy's version.
 pytestmark = pytest.mark.once
@@ -216,7 +216,7 @@ def test_ids_are_stable_across_processes_and_keep_entries_apart() -> None:
                "http://user-session-{session}:other@127.0.0.1:9000"]
     first = published(proxies)
     # Another process reading the same list (a fresh interpreter) derives the same ids.
-    code = ("from scrapy_polite.endpoints import expand; from scrapy_polite.redis_state import endpoint_id; "
+    code = ("from scrapy_polite.pool.endpoints import expand; from scrapy_polite.gate.redis.state import endpoint_id; "
             f"print([(e.label, endpoint_id(e.ident), e.session_id) for e in expand({proxies!r}, 3)[0]])")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert other.stdout.strip() == repr(first)

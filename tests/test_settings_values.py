@@ -14,9 +14,9 @@ from conftest import ROOT
 from scrapy.settings import Settings
 
 from scrapy_polite.addon import Addon
-from scrapy_polite.config import DEFAULTS, PoliteConfig
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.settings.config import DEFAULTS, PoliteConfig
 
 PROXIES = {"POLITE_PROXIES": ["http://127.0.0.1:8001"]}
 

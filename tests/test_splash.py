@@ -36,9 +36,9 @@ from scrapy_splash.responsetypes import responsetypes  # noqa: E402
 from splash_double import SplashDouble  # noqa: E402
 
 from scrapy_polite import session_meta  # noqa: E402
+from scrapy_polite.downloader.splash import classify, fresh_request, remember_original, set_proxy  # noqa: E402
 from scrapy_polite.runtime import get_runtime  # noqa: E402
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig  # noqa: E402
-from scrapy_polite.splash import classify, fresh_request, remember_original, set_proxy  # noqa: E402
 
 pytestmark = [
     pytest.mark.splash,

@@ -34,19 +34,19 @@ from scrapy import signals
 from scrapy.utils.test import get_crawler
 
 from scrapy_polite import signals as polite_signals
-from scrapy_polite.config import PoliteConfig
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.outcome import Outcome
-from scrapy_polite.report import ReportData, build, render
-from scrapy_polite.runtime import get_runtime
-from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
-from scrapy_polite.stats import (
+from scrapy_polite.metrics.outcome import Outcome
+from scrapy_polite.metrics.report import ReportData, build, render
+from scrapy_polite.metrics.stats import (
     MAX_EXIT_IPS,
     MAX_EXIT_IPS_PER_HOST,
     PoliteStats,
     format_summary,
     parse_probe_body,
 )
+from scrapy_polite.runtime import get_runtime
+from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.settings.config import PoliteConfig
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -293,7 +293,7 @@ async def test_https_exit_ip_comes_from_the_connect_reply(sandbox, tmp_path: Pat
                                 "POLITE_STATS_JSONL": str(tmp_path / "s.jsonl")}
     if connect_headers:
         settings["DOWNLOAD_HANDLERS"] = {"https": "scrapy_proxy_headers.HTTP11ProxyDownloadHandler"}
-    with caplog.at_level("WARNING", logger="scrapy_polite.middleware"):
+    with caplog.at_level("WARNING", logger="scrapy_polite.downloader.middleware"):
         result = await crawl(MixSpider, settings, base=sb.site_url("a"), pages="12")
     records = read_jsonl(tmp_path / "s.jsonl")
     target = [e for e in sb.log() if e["site"] == "a"]
@@ -359,7 +359,7 @@ def test_summary_table_reads_per_host_and_per_endpoint(tmp_path: Path, caplog: p
     for o in synthetic(3000):
         stats.record(o)
     stats.crawler.signals.send_catch_log(polite_signals.request_gave_up, request=None, reason="rate: 429")
-    with caplog.at_level("INFO", logger="scrapy_polite.stats"):
+    with caplog.at_level("INFO", logger="scrapy_polite.metrics.stats"):
         stats._log()
     assert re.search(r"pages/min now, [\d.]+ overall; \d+/3000 ok, 429s 10\.0%; P50 [\d.]+s P95 [\d.]+s P99 [\d.]+s",
                      caplog.text)
@@ -443,7 +443,7 @@ def test_probe_body_parsing() -> None:
 
 
 def test_prometheus_serves_on_a_free_loopback_port(tmp_path: Path) -> None:
-    from scrapy_polite.prometheus import PrometheusExporter
+    from scrapy_polite.metrics.prometheus import PrometheusExporter
 
     exporter = PrometheusExporter("127.0.0.1", 0)
     try:
@@ -611,7 +611,7 @@ def test_report_data_is_bounded_in_time_buckets() -> None:
 
 def test_fleet_merge_equals_one_process_that_saw_everything(tmp_path: Path) -> None:
     """Two processes' snapshots, merged, say what one process seeing every outcome says."""
-    from scrapy_polite.fleet import merge, snapshot
+    from scrapy_polite.metrics.fleet import merge, snapshot
 
     parts = [make_stats(tmp_path), make_stats(tmp_path)]
     whole = make_stats(tmp_path)
@@ -640,8 +640,14 @@ def test_fleet_merge_equals_one_process_that_saw_everything(tmp_path: Path) -> N
 def test_fleet_snapshots_round_trip_through_redis_and_old_ones_leave_the_index(tmp_path: Path, redis_server) -> None:
     import redis
 
-    from scrapy_polite.fleet import SNAPSHOT_TTL, clear_snapshots, publish_commands, read_snapshots, snapshot
-    from scrapy_polite.redis_state import Keys
+    from scrapy_polite.gate.redis.state import Keys
+    from scrapy_polite.metrics.fleet import (
+        SNAPSHOT_TTL,
+        clear_snapshots,
+        publish_commands,
+        read_snapshots,
+        snapshot,
+    )
 
     stats = make_stats(tmp_path)
     for o in synthetic(200):

@@ -10,8 +10,8 @@ import pytest
 from scrapy.exceptions import UsageError
 from scrapy.settings import Settings
 
-from scrapy_polite.commands.tune import Command, _check_project
-from scrapy_polite.tuning import Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
+from scrapy_polite.cli.tune import Command, _check_project
+from scrapy_polite.tune.tuner import Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
 
 START = TrialSettings(2, (0.8, 1.6))
 Site = Callable[[TrialSettings, int], TrialResult]

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from scrapy_polite.exit_ip import parse_exit_ip
-from scrapy_polite.report import build, check_line, render
-from scrapy_polite.retry_after import parse_retry_after
+from scrapy_polite.downloader.exit_ip import parse_exit_ip
+from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.downloader.splash import _target_headers
+from scrapy_polite.metrics.report import build, check_line, render
 from scrapy_polite.sandbox.config import LITERAL_RETRY_AFTER, SandboxConfig, SiteConfig
-from scrapy_polite.splash import _target_headers
-from scrapy_polite.throttle import _crawl_delay
+from scrapy_polite.throttle.policy import _crawl_delay
 
 NOW = 1_800_000_000.0
 

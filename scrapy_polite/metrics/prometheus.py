@@ -3,7 +3,7 @@
 Off unless ``POLITE_PROMETHEUS_PORT`` is set; binds 127.0.0.1 by default so
 metrics are not exposed beyond the machine without a deliberate choice.
 Port 0 picks a free port (see :attr:`PrometheusExporter.url`). Host and
-endpoint labels arrive already capped by :class:`~scrapy_polite.stats.PoliteStats`,
+endpoint labels arrive already capped by :class:`~scrapy_polite.metrics.stats.PoliteStats`,
 so label cardinality stays bounded.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .outcome import Outcome
+from scrapy_polite.metrics.outcome import Outcome
 
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, float("inf"))
 

@@ -14,7 +14,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import PoliteConfigError, scrub
+from scrapy_polite.errors import PoliteConfigError, scrub
 
 INSTALL_HINT = "pip install 'scrapy-polite[redis]'"
 

@@ -46,16 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from . import signals as polite_signals
-from .memory import HostMemory
-from .runtime import enabled_runtime, get_runtime
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.pool.host_memory import HostMemory
+from scrapy_polite.runtime import enabled_runtime, get_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from .config import PoliteConfig
-    from .endpoints import Endpoint
-    from .gate import HostState, LocalGate
+    from scrapy_polite.gate.local import HostState, LocalGate
+    from scrapy_polite.pool.endpoints import Endpoint
+    from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class ThrottlePolicy:
     ``gap`` (seconds since the answering request's endpoint last sent to the
     host), ``slack`` (how long of that its spacing had already let it go) and
     ``granted_at`` (when the gate let it go) come from the
-    :class:`~scrapy_polite.gate.Lease`; without them an answer counts as sent
+    :class:`~scrapy_polite.gate.local.Lease`; without them an answer counts as sent
     now, after a long gap, and a signal is blamed on the host.
     """
 

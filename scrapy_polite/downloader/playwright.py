@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from .config import PoliteConfig
-    from .gate import Lease
+    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
 

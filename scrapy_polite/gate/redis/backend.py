@@ -1,10 +1,10 @@
-"""RedisGate: the :class:`~scrapy_polite.gate.Gate` shared by every crawler process.
+"""RedisGate: the :class:`~scrapy_polite.gate.local.Gate` shared by every crawler process.
 
 Several processes (Scrapyd jobs, or scrapy-redis workers on many machines)
 pointed at the same Redis and namespace hold their limits fleet-wide: one
 request per endpoint, the per-host cap and spacing, cooldowns and bans after
 429s and 403s, the throttle's concurrency and rate, session pins and endpoint
-health. Each grant is one Lua script (:mod:`scrapy_polite.redis_scripts`), so
+health. Each grant is one Lua script (:mod:`scrapy_polite.gate.redis.scripts`), so
 two processes can never both take the last slot.
 
 What stays local: the queue of waiting requests (each process serves its own
@@ -43,10 +43,8 @@ from typing import Any
 
 from twisted.internet.defer import Deferred
 
-from . import redis_scripts
-from .endpoints import Endpoint
-from .errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
-from .gate import (
+from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
+from scrapy_polite.gate.local import (
     REMOVED,
     EndpointState,
     HostState,
@@ -57,7 +55,9 @@ from .gate import (
     revive_sessions,
     take_host_slot_back,
 )
-from .redis_state import Keys, async_client, endpoint_id, import_redis, mask_url
+from scrapy_polite.gate.redis import scripts as redis_scripts
+from scrapy_polite.gate.redis.state import Keys, async_client, endpoint_id, import_redis, mask_url
+from scrapy_polite.pool.endpoints import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class _Waiter:
 
 
 class RedisGate:
-    """A :class:`~scrapy_polite.gate.Gate` whose limits are held in Redis."""
+    """A :class:`~scrapy_polite.gate.local.Gate` whose limits are held in Redis."""
 
     def __init__(
         self,
@@ -453,7 +453,7 @@ class RedisGate:
             del self._sessions[key]
 
     def set_endpoints(self, endpoints: Iterable[Endpoint]) -> tuple[list[str], list[str]]:
-        """As :meth:`LocalGate.set_endpoints <scrapy_polite.gate.LocalGate.set_endpoints>`: a removed
+        """As :meth:`LocalGate.set_endpoints <scrapy_polite.gate.local.LocalGate.set_endpoints>`: a removed
         endpoint's sessions wait for it through the removal grace, and come back with it."""
         now = self._clock()
         wanted = {e.key: e for e in endpoints}
@@ -655,7 +655,7 @@ class RedisGate:
     def stall(self, lease: Lease) -> bool:
         """Give *lease*'s host slot back, once and fleet-wide; its endpoint stays held.
 
-        The same decision as :meth:`LocalGate.stall <scrapy_polite.gate.LocalGate.stall>`:
+        The same decision as :meth:`LocalGate.stall <scrapy_polite.gate.local.LocalGate.stall>`:
         the script takes the lease out of the host's set unless it was released, and
         renewals leave it out from then on.
         """
@@ -995,7 +995,7 @@ class RedisGate:
 
     def publish_stats(self, snap: dict[str, Any]) -> None:
         """Queue this process's stats snapshot, sent in order with the other updates."""
-        from .fleet import publish_commands
+        from scrapy_polite.metrics.fleet import publish_commands
 
         async def send() -> None:
             pipe = self._client.pipeline(transaction=False)

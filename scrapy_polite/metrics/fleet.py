@@ -20,8 +20,8 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from .errors import scrub
-from .redis_state import Keys, import_redis, mask_url, sync_client
+from scrapy_polite.errors import scrub
+from scrapy_polite.gate.redis.state import Keys, import_redis, mask_url, sync_client
 
 #: Seconds between two snapshots of one process.
 PUBLISH_INTERVAL = 5.0
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
                                  for s in snaps}
         print(json.dumps(merged, indent=2, sort_keys=True))
         return 0
-    from .stats import format_summary
+    from scrapy_polite.metrics.stats import format_summary
 
     print(f"scrapy-polite fleet {args.namespace!r} at {label}: {merged['processes']} process(es), "
           f"{merged['running']} running")

@@ -1,9 +1,9 @@
 """``scrapy polite-tune <spider>``: find POLITE_DELAY and POLITE_HOST_CONCURRENCY for a site.
 
 The search itself (what to try next, what to recommend) is in
-:mod:`scrapy_polite.tuning`; the crawl side of a trial (its request
+:mod:`scrapy_polite.tune.tuner`; the crawl side of a trial (its request
 allowance, its stop on the first ban, its result file) is in
-:mod:`scrapy_polite.trial`. This module is the command around them: options,
+:mod:`scrapy_polite.tune.trial`. This module is the command around them: options,
 checks of the project, running the trials and printing the table.
 """
 
@@ -22,10 +22,18 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.utils.conf import arglist_to_dict
 
-from ..errors import PoliteConfigError
-from ..trial import FILE_SETTING, REQUESTS_SETTING
-from ..tuning import HEADER, Trial, TrialResult, TrialSettings, Tuner, format_row, settings_lines
-from . import enables_addon
+from scrapy_polite.cli import enables_addon
+from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.tune.trial import FILE_SETTING, REQUESTS_SETTING
+from scrapy_polite.tune.tuner import (
+    HEADER,
+    Trial,
+    TrialResult,
+    TrialSettings,
+    Tuner,
+    format_row,
+    settings_lines,
+)
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
 TUNED = (
@@ -383,7 +391,7 @@ def _check_project(settings: Any, spider: str) -> tuple[int, int]:
 
     Returns the number of endpoints and POLITE_ENDPOINT_CONCURRENCY.
     """
-    from ..config import PoliteConfig
+    from scrapy_polite.settings.config import PoliteConfig
 
     settings = _spider_settings(settings, spider)
     if not enables_addon(settings):
@@ -435,7 +443,7 @@ def _rate_option(name: str, value: Any) -> float:
 def _delay_option(name: str, value: Any) -> tuple[float, float]:
     from scrapy.settings import BaseSettings
 
-    from ..config import _Reader
+    from scrapy_polite.settings.config import _Reader
 
     raw: Any = str(value).strip()
     try:

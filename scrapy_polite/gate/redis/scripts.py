@@ -4,7 +4,7 @@ All times are Redis server time (``TIME``), so processes on different
 machines agree on spacing and cooldowns whatever their clocks say. Lua
 numbers come back to redis-py as integers, so every time is returned as a
 string. Keys are built inside the scripts from the namespace prefix in
-``ARGV[1]`` (see :class:`scrapy_polite.redis_state.Keys`), which a single
+``ARGV[1]`` (see :class:`scrapy_polite.gate.redis.state.Keys`), which a single
 Redis server (not a cluster) allows.
 """
 

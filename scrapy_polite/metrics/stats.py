@@ -23,16 +23,16 @@ from hdrh.histogram import HdrHistogram
 from scrapy import signals
 from twisted.internet.defer import Deferred
 
-from . import signals as polite_signals
-from .errors import PoliteConfigError
-from .outcome import Outcome
-from .runtime import enabled_runtime
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.metrics.outcome import Outcome
+from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from .endpoints import Endpoint
+    from scrapy_polite.pool.endpoints import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -518,12 +518,12 @@ class PoliteStats:
         if self._shared:
             from twisted.internet import task
 
-            from .fleet import PUBLISH_INTERVAL
+            from scrapy_polite.metrics.fleet import PUBLISH_INTERVAL
 
             self._publish_loop = task.LoopingCall(self._publish)
             self._publish_loop.start(PUBLISH_INTERVAL, now=False)
         if self.config.prometheus_port is not None:
-            from .prometheus import PrometheusExporter
+            from scrapy_polite.metrics.prometheus import PrometheusExporter
 
             try:
                 self._prom = PrometheusExporter(self.config.prometheus_address, self.config.prometheus_port)
@@ -547,7 +547,7 @@ class PoliteStats:
         return hasattr(self.runtime.gate, "publish_stats")
 
     def _publish(self, finished: bool = False, summary: dict[str, Any] | None = None) -> None:
-        from .fleet import snapshot
+        from scrapy_polite.metrics.fleet import snapshot
 
         self.runtime.gate.publish_stats(snapshot(self, finished, summary))
 
@@ -587,7 +587,7 @@ class PoliteStats:
 
     def _write_report(self, output: str, path: str, spider: Any) -> None:
         """POLITE_REPORT_HTML: the HTML report of this run's JSONL (its rotated ``.1`` file first)."""
-        from .report import write_report
+        from scrapy_polite.metrics.report import write_report
 
         paths = [p for p in (path + ".1", path) if os.path.exists(p)]
         try:

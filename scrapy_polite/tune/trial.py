@@ -16,7 +16,7 @@ downloader middleware placed before the polite middleware (600 < 650):
   proxy), stops the trial at once: no further request is admitted, the
   requests waiting at the gate are dropped, and the spider closes;
 - at the end it writes a JSON result: what was admitted and sent, the
-  package's own numbers (:meth:`scrapy_polite.stats.PoliteStats.summary`),
+  package's own numbers (:meth:`scrapy_polite.metrics.stats.PoliteStats.summary`),
   and the 429s among *paced* answers: every answer except the first through
   each endpoint. A fresh process starts with every endpoint idle, so those
   first requests leave together, with no ``POLITE_DELAY`` before them;
@@ -40,15 +40,15 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
-from . import signals as polite_signals
-from .errors import SpiderClosing
-from .runtime import get_runtime
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.errors import SpiderClosing
+from scrapy_polite.runtime import get_runtime
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from .outcome import Outcome
+    from scrapy_polite.metrics.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class TrialGuard:
         if self._closing:
             return
         self._closing = True
-        from .compat import close_spider
+        from scrapy_polite.compat import close_spider
 
         close_spider(self.crawler, reason)
 

@@ -90,7 +90,7 @@ class TrialResult:
     to its last answer. The 429 rate is taken over the *paced* answers
     (``paced_attempts``, ``paced_rate_limited``): all but the first through
     each endpoint, which leave together at start-up with no delay before
-    them (see :mod:`scrapy_polite.trial`). ``sent`` is ``None`` when the
+    them (see :mod:`scrapy_polite.tune.trial`). ``sent`` is ``None`` when the
     trial produced no result (it crashed or was killed); its whole
     allowance then counts as used.
     """
@@ -136,7 +136,7 @@ class TrialResult:
 
     @classmethod
     def from_trial_file(cls, data: dict[str, Any]) -> TrialResult:
-        """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.trial`)."""
+        """Build from the JSON a trial crawl writes (see :mod:`scrapy_polite.tune.trial`)."""
         s = data.get("summary") or {}
         paced = data.get("paced") or {}
         throttle = data.get("throttle") or {}

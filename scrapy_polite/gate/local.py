@@ -24,9 +24,9 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
-from .endpoints import Endpoint
-from .errors import NoUsableEndpoints, SessionEndpointLost
-from .memory import HOST_MEMORY, HostMemory
+from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost
+from scrapy_polite.pool.endpoints import Endpoint
+from scrapy_polite.pool.host_memory import HOST_MEMORY, HostMemory
 
 logger = logging.getLogger(__name__)
 

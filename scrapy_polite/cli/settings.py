@@ -4,7 +4,7 @@ Scrapy applies add-ons to each crawl, not to the project settings its
 ``settings`` command prints, so ``scrapy settings --get POLITE_DELAY`` would
 print ``None`` in a project that enables the add-on. This command is
 Scrapy's own, registered under the same name: in such a project it first
-adds :data:`scrapy_polite.config.DEFAULTS` at Scrapy's lowest
+adds :data:`scrapy_polite.settings.config.DEFAULTS` at Scrapy's lowest
 (``default``) priority, below anything a project, a ``-s`` or the
 environment sets; elsewhere it is unchanged.
 """
@@ -16,14 +16,14 @@ from typing import Any
 
 from scrapy.commands.settings import Command as ScrapySettingsCommand
 
-from . import enables_addon
+from scrapy_polite.cli import enables_addon
 
 
 def register_defaults(settings: Any) -> None:
     """Add the ``POLITE_*`` defaults to *settings* when they enable the add-on, overriding nothing."""
     if not enables_addon(settings):
         return
-    from ..config import register_defaults as register
+    from scrapy_polite.settings.config import register_defaults as register
 
     register(settings)
 

@@ -2,7 +2,7 @@
 
 A broad crawl meets far more hosts than it has in flight at once. The gate and
 the throttle drop a host's live state once it is idle (see
-:meth:`scrapy_polite.gate.LocalGate.sweep`); what they learned about it (its
+:meth:`scrapy_polite.gate.local.LocalGate.sweep`); what they learned about it (its
 concurrency, spacing and rate) is kept here in a compact record, so a host
 seen again resumes from it instead of from the configured defaults.
 """

@@ -14,10 +14,10 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from .endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
-from .errors import PoliteConfigError
-from .memory import HOST_MEMORY
-from .redis_gate import HOST_TTL, PIN_TTL
+from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.gate.redis.backend import HOST_TTL, PIN_TTL
+from scrapy_polite.pool.endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
+from scrapy_polite.pool.host_memory import HOST_MEMORY
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
@@ -376,7 +376,7 @@ class _Reader:
             isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
         ):
             return value
-        from .redis_state import mask_url
+        from scrapy_polite.gate.redis.state import mask_url
 
         shown = mask_url(value) if isinstance(value, str) else value
         raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")

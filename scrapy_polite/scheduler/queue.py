@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.pqueues import DownloaderAwarePriorityQueue, DownloaderInterface
 
-from . import compat
-from .runtime import get_runtime
+from scrapy_polite import compat
+from scrapy_polite.runtime import get_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import PoliteConfigError, Shown
+from scrapy_polite.errors import PoliteConfigError, Shown
 
 SUPPORTED_SCHEMES = ("http", "https")
 SESSION_PLACEHOLDER = "{session}"

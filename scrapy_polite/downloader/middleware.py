@@ -21,16 +21,17 @@ from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 
-from . import compat, failures, requeue
-from . import playwright as playwright_support
-from . import signals as polite_signals
-from . import splash as splash_support
-from .errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
-from .exit_ip import parse_exit_ip
-from .gate import Lease
-from .outcome import Outcome
-from .retry_after import parse_retry_after
-from .runtime import enabled_runtime
+from scrapy_polite import compat
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.downloader import failures, requeue
+from scrapy_polite.downloader import playwright as playwright_support
+from scrapy_polite.downloader import splash as splash_support
+from scrapy_polite.downloader.exit_ip import parse_exit_ip
+from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
+from scrapy_polite.gate.local import Lease
+from scrapy_polite.metrics.outcome import Outcome
+from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -49,7 +49,7 @@ def enables_addon(settings: Any) -> bool:
     """Whether *settings* enable :class:`scrapy_polite.Addon` (or a subclass) in ``ADDONS``."""
     from scrapy.utils.misc import load_object
 
-    from ..addon import Addon
+    from scrapy_polite.addon import Addon
 
     for key, priority in settings.getdict("ADDONS").items():
         try:
