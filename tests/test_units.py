@@ -15,7 +15,8 @@ from scrapy_polite.errors import PoliteConfigError, SessionEndpointLost
 from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
 from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_file
 from scrapy_polite.settings.config import PoliteConfig
-from scrapy_polite.throttle.policy import ThrottlePolicy, _crawl_delay
+from scrapy_polite.throttle.extension import _crawl_delay
+from scrapy_polite.throttle.policy import ThrottlePolicy
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
 
@@ -366,11 +367,11 @@ def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
     policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # far beyond the band: the host
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)  # back to the last clean rate
     assert gate.host("a").delay == (0.8, 1.6)  # spacing untouched
-    for _ in range(5):  # one step below the failure: hold
+    for _ in range(2):  # one step below the failure: hold
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)
-    ft.advance(20)  # a recovery window later: probe past it
+    ft.advance(1.5)  # the first hold (3 s) later: probe past it
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 3)
 
@@ -465,11 +466,11 @@ def test_a_burst_without_a_host_rate_is_not_taken_for_where_the_limit_was() -> N
     policy.rate_limited("a", eps[2], 2.0, granted_at=ft.now)  # the first limit found at a set rate
     held = rate(gate)
     assert held == pytest.approx(4.0)
-    for _ in range(3):  # half a window later: still holding, the limit is not known to move
-        ft.advance(5)
+    for _ in range(2):  # within the first hold (3 s): still holding
+        ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(held)
-    ft.advance(6)
+    ft.advance(1.5)
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(held * 1.1)
 
