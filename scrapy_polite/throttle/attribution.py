@@ -31,6 +31,9 @@ RATE_MARGIN = 0.05
 #: 429s on this many endpoints within ``MOMENT`` seconds cluster in time.
 MOMENT = 1.0
 MOMENT_ENDPOINTS = 2
+#: Clean answers with a known gap needed before a short gap not held by the
+#: spacing is taken for a per-IP limit on its own.
+MIN_CLEAN_GAPS = 8
 
 
 @dataclass
@@ -47,14 +50,18 @@ class Attribution:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
         self.limited: deque[tuple[float, str]] = deque()
         self.clean_rates: deque[tuple[float, float]] = deque()
+        #: (time, gap) of clean answers whose gap is known.
+        self.clean_gaps: deque[tuple[float, float]] = deque()
         self.last_ambiguous: tuple[float, str] | None = None
 
-    def clean(self, sent: float, now: float, window: float) -> None:
+    def clean(self, sent: float, now: float, window: float, gap: float = math.inf) -> None:
         self.clean_rates.append((now, sent))
+        if math.isfinite(gap):
+            self.clean_gaps.append((now, gap))
         self._expire(now, window)
 
     def _expire(self, now: float, window: float) -> None:
-        for q in (self.limited, self.clean_rates):
+        for q in (self.limited, self.clean_rates, self.clean_gaps):
             while q and q[0][0] < now - window:
                 q.popleft()
 
@@ -79,10 +86,13 @@ class Attribution:
         rate_high = sent > highest * (1 + RATE_MARGIN) and sent > 0
         time_cluster = moment >= MOMENT_ENDPOINTS
         ip_side = "shorter than every clean gap" + (f", {repeats + 1} on this endpoint" if repeats else "")
-        if not rate_high:
+        # Held by its spacing, the gap was the spacing's; held by something else (the
+        # host rate), it is only telling once enough clean gaps were seen.
+        telling = held or len(self.clean_gaps) >= MIN_CLEAN_GAPS
+        if not rate_high and telling:
             return Verdict(PER_IP, ip_side + (f"; {moment} endpoints within {MOMENT:g} s" if time_cluster else ""))
-        host_side = f"host rate at a new high {sent:.2f} req/s"
-        if time_cluster and not repeats:
+        host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"
+        if rate_high and time_cluster and not repeats:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
         # Both have support: the cheaper remedy first, the other one the next time.
         cheaper = PER_IP if spacing_cost <= rate_cost else HOST

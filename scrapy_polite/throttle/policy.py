@@ -150,7 +150,7 @@ class ThrottlePolicy:
         p.rate.answer(False, now)
         gate.cool_endpoint(endpoint.key, host, delay)
         window = cfg.recovery_window
-        spacing_cost, rate_cost = self._costs(host, sent)
+        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window))
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
             spacing_cost, rate_cost,
@@ -213,7 +213,7 @@ class ThrottlePolicy:
         p.spacing.clean(gap, now, window)
         p.rate.answer(True, now)
         sent = p.rate.sent_rate(self.gate.host(host).grants, now)
-        p.attribution.clean(sent, now, window)
+        p.attribution.clean(sent, now, window, gap)
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
         changes: list[str] = []
@@ -279,17 +279,17 @@ class ThrottlePolicy:
         h = self.gate.host(host)
         return {"concurrency": h.limit, "delay": h.delay, "interval": h.interval, "paused_until": h.paused_until}
 
-    def _costs(self, host: str, sent: float) -> tuple[float, float]:
-        """The share of the host's throughput a spacing raise and a host-rate cut would each give up."""
+    def _costs(self, host: str, sent: float, spacing: float) -> tuple[float, float]:
+        """The share of the host's throughput raising the spacing to *spacing* and a host-rate cut would give up."""
         h = self.gate.host(host)
         pool = self._pool_rate(h)
         rate = 1 / h.interval if h.interval > 0 else max(sent, 1e-9)
         now_rate = min(pool, rate)
-        if not math.isfinite(now_rate) or now_rate <= 0:
+        if not math.isfinite(now_rate) or now_rate <= 0 or not math.isfinite(spacing):
             return 0.0, 0.0
-        spacing = 1 - min(pool / (1 + STEP), rate) / now_rate
-        cut = 1 - min(pool, rate / (1 + STEP)) / now_rate
-        return max(0.0, spacing), max(0.0, cut)
+        mean = max(sum(h.delay) / 2, h.min_delay, 1e-9)
+        raised = pool * min(1.0, mean / max(spacing, 1e-9))
+        return max(0.0, 1 - min(raised, rate) / now_rate), max(0.0, 1 - min(pool, rate / (1 + STEP)) / now_rate)
 
     # -- spacing (per-IP limits) ------------------------------------------------
 

@@ -45,14 +45,16 @@ class SpacingEstimator:
         self.clean(math.inf, now, window)
         return self.clean_gaps[0][1] if self.clean_gaps else math.inf
 
+    def target(self, gap: float, now: float, window: float) -> float:
+        """Where a signal after *gap* puts the spacing: just above it, or the shortest
+        clean gap if that is not far above it (a known-good spacing beats a guess)."""
+        return max(gap * (1 + MARGIN), min(self.shortest_clean(now, window), gap * (1 + REACH)))
+
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is)."""
         self.bad_gap = max(self.bad_gap, gap)
         lo, hi = band
-        # Just above the failing gap, or the shortest gap known to be clean if that
-        # is not far above it: a known-good spacing beats a guess.
-        target = max(gap * (1 + MARGIN), min(self.shortest_clean(now, window), gap * (1 + REACH)))
-        new_lo = min(target, ceiling)
+        new_lo = min(self.target(gap, now, window), ceiling)
         if new_lo <= lo:
             return None
         new_hi = new_lo * (1 + MIN_JITTER)
