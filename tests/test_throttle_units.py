@@ -164,13 +164,25 @@ def test_a_new_rate_high_with_429s_across_ips_in_a_moment_is_host_wide() -> None
     assert v.blame == HOST and not v.ambiguous
 
 
-def test_ambiguity_probes_the_cheaper_remedy_first_then_the_other() -> None:
+def test_ambiguity_probes_the_cheaper_remedy_and_a_repeat_on_the_ip_after_a_rate_cut_points_at_it() -> None:
     a = Attribution()
     a.clean(3.0, 0.0, W)
     first = a.decide("e1", 1.0, 0.0, 2.0, 4.0, 1.0, W, spacing_cost=0.0, rate_cost=0.1)
     assert first.ambiguous and first.blame == PER_IP
-    second = a.decide("e1", 1.0, 0.0, 2.0, 4.0, 5.0, W, spacing_cost=0.0, rate_cost=0.1)
-    assert second.ambiguous and second.blame == HOST
+    b = Attribution()
+    b.clean(3.0, 0.0, W)
+    first = b.decide("e1", 1.0, 0.0, 2.0, 4.0, 1.0, W, spacing_cost=0.3, rate_cost=0.1)
+    assert first.ambiguous and first.blame == HOST
+    second = b.decide("e1", 1.0, 0.0, 2.0, 4.0, 5.0, W, spacing_cost=0.3, rate_cost=0.1)
+    assert second.ambiguous and second.blame == PER_IP
+
+
+def test_a_costly_spacing_raise_needs_the_spacing_to_have_held_the_request() -> None:
+    a = Attribution()
+    for t in range(10):
+        a.clean(3.0, float(t), W, 3.0 + t / 10)
+    assert a.decide("e1", 2.9, 1.3, 3.0, 3.0, 11.0, W, spacing_cost=0.14, rate_cost=0.09).blame == HOST
+    assert a.decide("e2", 2.9, 0.0, 3.0, 3.0, 12.0, W, spacing_cost=0.14, rate_cost=0.09).blame == PER_IP
 
 
 # -- composition -------------------------------------------------------------

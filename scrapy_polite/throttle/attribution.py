@@ -10,8 +10,9 @@ The evidence that separates the two:
 - **clusters**: 429s again on the same IP point at that IP; 429s on several
   IPs within a moment point at the host.
 
-When both hypotheses have support, the cheaper remedy is tried first, and the
-other one the next time the same ambiguity comes up.
+When both hypotheses have support, the cheaper remedy is tried first (the share
+of the host's throughput each would give up); the same IP limited again after
+the host rate was cut points at the IP.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ MOMENT_ENDPOINTS = 2
 #: Clean answers with a known gap needed before a short gap not held by the
 #: spacing is taken for a per-IP limit on its own.
 MIN_CLEAN_GAPS = 8
+#: A remedy giving up at most this share of the host's throughput is cheap.
+CHEAP = 0.05
 
 
 @dataclass
@@ -88,16 +91,19 @@ class Attribution:
         ip_side = "shorter than every clean gap" + (f", {repeats + 1} on this endpoint" if repeats else "")
         # Held by its spacing, the gap was the spacing's; held by something else (the
         # host rate), it is only telling once enough clean gaps were seen.
-        telling = held or len(self.clean_gaps) >= MIN_CLEAN_GAPS
+        # A raise that would cost throughput needs that evidence and a cheap one does not.
+        telling = held or (len(self.clean_gaps) >= MIN_CLEAN_GAPS and spacing_cost <= CHEAP)
         if not rate_high and telling:
             return Verdict(PER_IP, ip_side + (f"; {moment} endpoints within {MOMENT:g} s" if time_cluster else ""))
         host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"
         if rate_high and time_cluster and not repeats:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
-        # Both have support: the cheaper remedy first, the other one the next time.
+        # Both have support: the cheaper remedy first; the same endpoint limited again
+        # after the host rate was tried points at the endpoint.
         cheaper = PER_IP if spacing_cost <= rate_cost else HOST
         last = self.last_ambiguous
-        if last is not None and now - last[0] < window:
-            cheaper = HOST if last[1] == PER_IP else PER_IP
+        if repeats and last is not None and now - last[0] < window and last[1] == HOST:
+            cheaper = PER_IP
         self.last_ambiguous = (now, cheaper)
-        return Verdict(cheaper, f"ambiguous ({ip_side} / {host_side}): probing {cheaper}", True)
+        return Verdict(cheaper, f"ambiguous ({ip_side} / {host_side}; costs: spacing {spacing_cost:.0%}, "
+                                f"host rate {rate_cost:.0%}): probing {cheaper}", True)
