@@ -114,7 +114,7 @@ async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) 
 
 @pytest_twisted.ensureDeferred
 async def test_three_hosts_with_different_per_ip_limits_are_each_found_independently(sandbox) -> None:
-    limits = {"fast": (2.0, 60), "medium": (1.0, 30), "slow": (0.5, 15)}
+    limits = {"fast": (2.0, 80), "medium": (1.0, 40), "slow": (0.5, 30)}
     sb = sandbox(SandboxConfig(sites=[site(name=n, pages=p, per_ip_rate=r, retry_after=2)
                                       for n, (r, p) in limits.items()], proxies=ProxyConfig(count=8)))
     changes = Changes()
@@ -134,7 +134,7 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
         site_log = [e for e in log if e["site"] == name]
         assert statuses(site_log).get(429, 0) <= 0.2 * len(site_log), name
     # The fast host is not slowed to the slow one's spacing.
-    fast, slow = per_ip_gaps(log, "fast", t0 + 3), per_ip_gaps(log, "slow", t0 + 3)
+    fast, slow = per_ip_gaps(log, "fast", t0 + 2), per_ip_gaps(log, "slow", t0 + 2)
     assert fast and slow and median(fast) < 0.6 * median(slow)
     assert min(slow) >= 2.0 - 0.1 or statuses(log, "slow").get(429, 0) <= 3
 

@@ -511,13 +511,13 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
     ft.advance(2)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)
     first = gate.host("a").delay
-    assert first[0] == pytest.approx(0.95)
+    assert first[0] == pytest.approx(0.9)
     ft.advance(0.1)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)  # its gap began before the change: no step
     assert gate.host("a").delay == first
     ft.advance(1)
-    policy.ok("a", 200, gap=0.96, granted_at=ft.now)
-    assert gate.host("a").delay[0] == pytest.approx(0.95 ** 2)
+    policy.ok("a", 200, gap=0.91, granted_at=ft.now)
+    assert gate.host("a").delay[0] == pytest.approx(0.9 ** 2)
     policy.rate_limited("a", ep, 2.0, gap=0.9, slack=0.0, granted_at=ft.now)
     for _ in range(12):  # within a recovery window: the failure stays the floor
         ft.advance(1.5)

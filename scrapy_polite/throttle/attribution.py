@@ -37,6 +37,9 @@ MOMENT_ENDPOINTS = 2
 MIN_CLEAN_GAPS = 8
 #: A remedy giving up at most this share of the host's throughput is cheap.
 CHEAP = 0.05
+#: A spacing raise is undone a step per spacing, a host-rate cut a step per clean
+#: answer: weighed against each other, the raise counts this many times over.
+SPACING_UNDO = 2.0
 
 
 @dataclass
@@ -100,7 +103,7 @@ class Attribution:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
         # Both have support: the cheaper remedy first; the same endpoint limited again
         # after the host rate was tried points at the endpoint.
-        cheaper = PER_IP if spacing_cost <= rate_cost else HOST
+        cheaper = PER_IP if spacing_cost * SPACING_UNDO <= rate_cost else HOST
         last = self.last_ambiguous
         if repeats and last is not None and now - last[0] < window and last[1] == HOST:
             cheaper = PER_IP

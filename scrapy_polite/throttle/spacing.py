@@ -9,9 +9,11 @@ from collections import deque
 #: a shorter clean gap within ``REACH`` above it is taken instead.
 MARGIN = 0.05
 REACH = 0.5
-#: Adaptive narrowing per spacing, of the delay and of the jitter band, down to
-#: ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
-STEP = 0.95
+#: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
+#: known, at least ``BISECT_STEP`` and halfway to just above it) and of the jitter
+#: band, down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
+STEP = 0.9
+BISECT_STEP = 0.95
 JITTER_STEP = 0.9
 MIN_JITTER = 0.05
 #: Each clean window eases the memory of the longest failing gap by this factor,
@@ -70,7 +72,9 @@ class SpacingEstimator:
     def narrowed(self, band: Band, floor: float, now: float) -> Band | None:
         """Adaptive mode: one step below *band*, never under *floor*."""
         lo, hi = band
-        new_lo = min(lo, max(floor, lo * STEP))
+        # Without a failure known, a step down; with one, at least halfway to just above it.
+        step = lo * STEP if self.bad_gap <= 0 else min(lo * BISECT_STEP, (lo + floor) / 2)
+        new_lo = min(lo, max(floor, step))
         new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
         if new_hi >= hi - 1e-6:
             return None
