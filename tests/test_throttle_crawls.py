@@ -102,11 +102,16 @@ async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) 
     result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True},
                          changes.connect, start_url=sb.site_url("a"))
     log = sb.log()
-    check_log(log, result, {"a": (50, 2.0)}, max_429=0.12)
+    check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
     # 8 IPs at 3 req/s: each IP can wait 2.7 s, so a spacing that needs more is a host limit taken for a
     # per-IP one; the pool must keep the rate, not the spacing, as its limit.
     spacing = changes.last_spacing(host_of(sb, "a"))
     assert spacing is None or spacing[0] < 2.0, f"spacing raised to {spacing}"
+    # The host rate answers for the cap: the host is never paused on top (2 s of silence).
+    starts = sorted(e["t_start"] for e in log)
+    first_429 = min(e["t_end"] for e in log if e["status"] == 429)
+    silent = max(b - a for a, b in zip(starts, starts[1:]) if a >= first_429)
+    assert silent < 1.5, f"the host went quiet for {silent:.1f} s"
     ok = [e["t_start"] for e in log if e["status"] == 200]
     half = ok[len(ok) // 2:]
     assert len(half) / (half[-1] - half[0]) >= 0.75 * 3.0
@@ -136,7 +141,6 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
     # The fast host is not slowed to the slow one's spacing.
     fast, slow = per_ip_gaps(log, "fast", t0 + 2), per_ip_gaps(log, "slow", t0 + 2)
     assert fast and slow and median(fast) < 0.6 * median(slow)
-    assert min(slow) >= 2.0 - 0.1 or statuses(log, "slow").get(429, 0) <= 3
 
 
 @pytest_twisted.ensureDeferred

@@ -79,6 +79,8 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_the_win
         r.limited(Signal(4.4, 4.4, False, 0.5))
         holds.append(r.hold(W))
     assert holds == [HOLD_FIRST, HOLD_FIRST * 2, HOLD_FIRST * 4, W, W, W]  # re-probing rarely
+    r.clean(4.0, 0.0, W, math.inf)
+    assert r.limited(Signal(4.4, 4.4, False, 0.5)) == pytest.approx(4.4 / 1.05)  # just under a known ceiling
     r.limited(Signal(2.0, 2.0, False, 0.5))  # far below it: the limit moved
     assert r.moved and r.hold(W) == HOLD_FIRST
 
@@ -112,6 +114,8 @@ def test_concurrency_is_rate_times_latency_with_headroom_within_bounds() -> None
     assert c.needed(10.0, 2, 8) == 4  # 10 req/s x 0.2 s x 2
     assert c.needed(100.0, 2, 8) == 8
     assert c.needed(1.0, 2, 8) == 2
+    assert c.needed(12.0, 2, 8, current=6) == 6  # a need of 5 is not well below 6: no flapping
+    assert c.needed(5.0, 2, 8, current=6) == 2
 
 
 def test_concurrency_cut_once_per_window_caps_the_derived_value_and_clean_windows_lift_it() -> None:
@@ -227,6 +231,16 @@ def test_each_host_is_found_independently() -> None:
     assert gate.host("slow").delay[0] > 1.2
     assert gate.host("fast").delay == (0.8, 1.6)
     assert gate.host("fast").interval == pytest.approx(1 / 2.5)  # untouched slow start
+
+
+def test_adaptive_mode_does_not_pause_a_host_whose_rate_is_in_force() -> None:
+    p, gate, ft, _ = policy(True, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200)
+    assert gate.host("a").interval > 0
+    for ep in eps[:3]:
+        p.rate_limited("a", ep, 2.0, granted_at=ft.now)
+    assert gate.host("a").paused_until < ft.now
 
 
 def test_every_change_is_notified_once_with_its_evidence() -> None:

@@ -14,6 +14,8 @@ import math
 HEADROOM = 2.0
 #: Weight of a new latency sample in the running mean.
 LATENCY_WEIGHT = 0.2
+#: The need must fall below the current limit by this factor before it comes down.
+HYSTERESIS = 1.5
 
 
 class ConcurrencyModel:
@@ -33,11 +35,17 @@ class ConcurrencyModel:
         self.latency = seconds if self.latency is None else (
             self.latency + LATENCY_WEIGHT * (seconds - self.latency))
 
-    def needed(self, rate: float, low: int, high: int) -> int:
-        """The concurrency for *rate* req/s at the measured latency, within [*low*, *high*] and the cap."""
+    def needed(self, rate: float, low: int, high: int, current: int | None = None) -> int:
+        """The concurrency for *rate* req/s at the measured latency, within [*low*, *high*] and the cap.
+
+        From *current*, it only comes down once the need is well below it
+        (``HYSTERESIS``): latency is noisy, and a limit that flaps says nothing.
+        """
         want = low
         if self.latency is not None and math.isfinite(rate) and rate > 0:
             want = max(low, math.ceil(rate * self.latency * HEADROOM))
+        if current is not None and want < current and want * HYSTERESIS >= current:
+            want = current
         want = min(want, high)
         return max(1, min(want, self.cap)) if self.cap is not None else max(1, want)
 

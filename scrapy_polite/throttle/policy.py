@@ -329,7 +329,9 @@ class ThrottlePolicy:
             p.recent.popleft()
         distinct = len({k for _, k in p.recent})
         wide = distinct >= cfg.host_pause_endpoints
-        if wide and h.paused_until < now:
+        # In adaptive mode a host rate in force answers for a host-wide limit: the rate
+        # search steps it down, a pause of the whole host on top only costs pages.
+        if wide and h.paused_until < now and not (cfg.adaptive and h.interval > 0):
             gate.pause_host(host, delay)
             p.recent.clear()
             changes.append(
@@ -394,7 +396,7 @@ class ThrottlePolicy:
         limits = cfg.host_limits(host)
         pool = self._pool_rate(h)
         rate = min(pool, 1 / h.interval) if h.interval > 0 else pool
-        new = p.concurrency.needed(rate, limits.concurrency, limits.concurrency_max)
+        new = p.concurrency.needed(rate, limits.concurrency, limits.concurrency_max, h.limit)
         if new == h.limit:
             return []
         before = h.limit

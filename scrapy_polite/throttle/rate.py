@@ -121,12 +121,18 @@ class RateSearch:
             return KEEP
         if s.rate is None:
             pass  # a burst with no host rate says little about where the limit is
-        elif self.ceiling is None or failed >= self.ceiling:
-            if self.ceiling is not None and failed <= self.ceiling * (1 + STEP) ** 2:
-                self.confirmed += 1  # a probe met the same ceiling: re-probe less often
+        elif self.ceiling is None:
             self.ceiling = failed
         elif failed < self.ceiling / (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
+            self.ceiling = failed
+        elif self.ceiling / (1 + STEP) * (1 - 1e-9) <= failed <= self.ceiling * (1 + STEP) ** 2:
+            # The same ceiling again: re-probe less often; met at or past it, hold closer under it.
+            self.confirmed += 1
+            if failed >= self.ceiling * (1 - 1e-9) and self.fail_streak == 1 and accepted is None:
+                new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
+            self.ceiling = min(self.ceiling, failed)
+        elif failed > self.ceiling:
             self.ceiling = failed
         if self.bad_found and self.bad is not None and failed < self.bad and not self.forgiven and accepted is None:
             self.forgiven = True  # one signal below the ceiling per hold is noise
