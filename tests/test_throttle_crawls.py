@@ -134,7 +134,7 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
         spacing = changes.last_spacing(host_of(sb, name))
         per_ip = 1 / rate
         if spacing is not None:  # the slow host's spacing rises to its limit, the others' stay near theirs
-            assert spacing[0] >= per_ip * 0.95, (name, spacing)
+            assert spacing[0] >= per_ip * 0.9, (name, spacing)
             assert spacing[0] <= max(per_ip * 1.6, 1.7), (name, spacing)
         site_log = [e for e in log if e["site"] == name]
         assert statuses(site_log).get(429, 0) <= 0.2 * len(site_log), name
