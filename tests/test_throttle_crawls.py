@@ -50,6 +50,14 @@ class Changes:
         return spacing[-1] if spacing else None
 
 
+async def adaptive_crawl(sb: Any, names: str = "a", **settings: Any) -> tuple[Any, Changes]:
+    """One adaptive crawl of the sandbox's sites *names*, with the throttle's decisions."""
+    changes = Changes()
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True, **settings},
+                         changes.connect, start_url=" ".join(sb.site_url(n) for n in names.split()))
+    return result, changes
+
+
 def host_of(sb: Any, name: str) -> str:
     return urlparse(sb.site_url(name)).hostname or ""
 
@@ -98,9 +106,7 @@ async def test_per_ip_limit_raises_the_spacing_and_never_cuts_concurrency(sandbo
 async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=50, host_rate=3.0, host_burst=1, retry_after=2)],
                                proxies=ProxyConfig(count=8)))
-    changes = Changes()
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True},
-                         changes.connect, start_url=sb.site_url("a"))
+    result, changes = await adaptive_crawl(sb)
     log = sb.log()
     check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
     # 8 IPs at 3 req/s: each IP can wait 2.7 s, so a spacing that needs more is a host limit taken for a
@@ -122,10 +128,7 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
     limits = {"fast": (2.0, 80), "medium": (1.0, 40), "slow": (0.5, 30)}
     sb = sandbox(SandboxConfig(sites=[site(name=n, pages=p, per_ip_rate=r, retry_after=2)
                                       for n, (r, p) in limits.items()], proxies=ProxyConfig(count=8)))
-    changes = Changes()
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True,
-                                           "POLITE_DELAY_FLOOR": 0.3},
-                         changes.connect, start_url=" ".join(sb.site_url(n) for n in limits))
+    result, changes = await adaptive_crawl(sb, " ".join(limits), POLITE_DELAY_FLOOR=0.3)
     log = sb.log()
     check_log(log, result, {n: (p, 2.0) for n, (_, p) in limits.items()}, max_429=0.12)
     assert changes.concurrency_cuts_on_per_ip_signals() == 0
@@ -148,9 +151,7 @@ async def test_per_ip_and_host_wide_limits_binding_at_once(sandbox) -> None:
     # 4 IPs at 1 req/s each (4 req/s) and 3 req/s for the host: both bind within a few 429s.
     sb = sandbox(SandboxConfig(sites=[site(pages=50, per_ip_rate=1.0, host_rate=3.0, host_burst=1, retry_after=2)],
                                proxies=ProxyConfig(count=4)))
-    changes = Changes()
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True},
-                         changes.connect, start_url=sb.site_url("a"))
+    result, changes = await adaptive_crawl(sb)
     log = sb.log()
     check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
     assert changes.concurrency_cuts_on_per_ip_signals() == 0

@@ -143,12 +143,7 @@ class ThrottlePolicy:
     ) -> None:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
         cfg, gate, now = self.config, self.gate, self.clock()
-        p = self._policy(host)
-        old = self._snapshot(host)
-        p.last_signal = now
-        sent = p.rate.sent_rate(gate.host(host).grants, now)
-        p.rate.answer(False, now)
-        gate.cool_endpoint(endpoint.key, host, delay)
+        p, old, sent = self._signalled(host, endpoint, delay, now)
         window = cfg.recovery_window
         spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window))
         verdict = p.attribution.decide(
@@ -182,12 +177,7 @@ class ThrottlePolicy:
         when it had none) and concurrency is cut, in every mode.
         """
         gate, now = self.gate, self.clock()
-        p = self._policy(host)
-        old = self._snapshot(host)
-        p.last_signal = now
-        sent = p.rate.sent_rate(gate.host(host).grants, now)
-        p.rate.answer(False, now)
-        gate.cool_endpoint(endpoint.key, host, delay)
+        p, old, sent = self._signalled(host, endpoint, delay, now)
         h = gate.host(host)
         current = 1 / h.interval if h.interval > 0 else sent
         changes: list[str] = []
@@ -274,6 +264,19 @@ class ThrottlePolicy:
                 reason = self._set_rate(p, host, limits.concurrency / limits.delay[0], now)
                 self.notify(host, before, self._snapshot(host), f"slow start: {reason}", {})
         return p
+
+    def _signalled(self, host: str, endpoint: Endpoint, delay: float, now: float) -> tuple[_HostPolicy, dict[str, Any], float]:
+        """What every rate signal does first: the endpoint cools, the answer counts as failed.
+
+        Returns the host's model, its values before the signal and the rate sent.
+        """
+        p = self._policy(host)
+        old = self._snapshot(host)
+        p.last_signal = now
+        sent = p.rate.sent_rate(self.gate.host(host).grants, now)
+        p.rate.answer(False, now)
+        self.gate.cool_endpoint(endpoint.key, host, delay)
+        return p, old, sent
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)
