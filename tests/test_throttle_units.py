@@ -74,15 +74,25 @@ def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> N
 def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_the_window() -> None:
     r = RateSearch()
     holds = []
-    for _ in range(6):
-        r.clean(4.0, 0.0, W, math.inf)
-        r.limited(Signal(4.4, 4.4, False, 0.5))
+    for t in range(6):
+        r.clean(4.0, 10.0 * t, W, math.inf)
+        r.limited(Signal(4.4, 4.4, False, 0.5), 10.0 * t + 1)
         holds.append(r.hold(W))
     assert holds == [HOLD_FIRST, HOLD_FIRST * 2, HOLD_FIRST * 4, W, W, W]  # re-probing rarely
-    r.clean(4.0, 0.0, W, math.inf)
-    assert r.limited(Signal(4.4, 4.4, False, 0.5)) == pytest.approx(4.4 / 1.05)  # just under a known ceiling
-    r.limited(Signal(2.0, 2.0, False, 0.5))  # far below it: the limit moved
+    r.clean(4.0, 100.0, W, math.inf)
+    assert r.limited(Signal(4.4, 4.4, False, 0.5), 101.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
+    r.limited(Signal(2.0, 2.0, False, 0.5), 110.0)  # far below it: the limit moved
     assert r.moved and r.hold(W) == HOLD_FIRST
+
+
+def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_not_end_the_run() -> None:
+    r = RateSearch()
+    assert r.clean(6.0, 0.0, W, math.inf) == pytest.approx(6.6)
+    first = r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
+    assert first == pytest.approx(6.0)
+    assert r.clean(6.0, 1.2, W, math.inf) is KEEP
+    assert r.limited(Signal(6.0, 6.0, False, 0.5), 1.3) == pytest.approx(6.0 / 1.1 ** 2)
+    assert r.limited(Signal(5.0, 5.0, False, 0.5), 1.5) == pytest.approx(5.0 / 1.1 ** 4)
 
 
 def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:

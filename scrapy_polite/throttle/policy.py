@@ -343,7 +343,7 @@ class ThrottlePolicy:
         if sent_at < p.rate.changed:
             return changes  # sent at an older rate, already answered for
         signal = Signal(1 / h.interval if h.interval > 0 else None, sent, wide, cfg.backoff_factor)
-        new = p.rate.limited(signal)
+        new = p.rate.limited(signal, now)
         if new is not KEEP:
             changes.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
         return changes

@@ -27,6 +27,9 @@ MIN_ANSWERS = 10
 #: The first hold below a rate that failed, seconds; each probe that meets the
 #: same ceiling doubles it, up to ``POLITE_RECOVERY_WINDOW``.
 HOLD_FIRST = 3.0
+#: Signals less than this many seconds apart are one run: a clean answer between
+#: them neither ends the run (each signal steps down further) nor climbs.
+RUN = 0.4
 
 
 class _Keep:
@@ -67,6 +70,7 @@ class RateSearch:
         self.confirmed = 0
         #: Answers to requests granted before this were sent at an older host rate.
         self.changed = -math.inf
+        self.last_limited = -math.inf
         self.grants: deque[tuple[float, int]] = deque()
         self.answers: deque[tuple[float, bool]] = deque()
 
@@ -99,8 +103,9 @@ class RateSearch:
 
     # -- steps -----------------------------------------------------------------
 
-    def limited(self, s: Signal) -> float | None | _Keep:
-        """A host-blamed signal: the new host rate, ``KEEP``, or ``None``."""
+    def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
+        """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
+        self.last_limited = now
         accepted = self.accepted(s.sent)
         if s.rate is not None:
             self.fail_streak += 1
@@ -144,6 +149,8 @@ class RateSearch:
     def clean(self, rate: float, now: float, window: float, pool_rate: float,
               fleet_held: bool = False) -> float | None | _Keep:
         """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits nothing)."""
+        if now - self.last_limited < RUN:
+            return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate
         self.fail_streak = 0
         hold = self.hold(window)
