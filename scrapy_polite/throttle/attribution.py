@@ -25,7 +25,7 @@ PER_IP = "per-ip"
 HOST = "host"
 #: A request whose endpoint had been free to go for at most this long (or this
 #: share of its gap: timers fire late) was held by its spacing.
-SLACK_TOLERANCE = 0.05
+SLACK_TOLERANCE = 0.1
 GAP_TOLERANCE = 0.05
 #: A rate this share above every clean answer's is a new high.
 RATE_MARGIN = 0.05

@@ -14,7 +14,7 @@ REACH = 0.5
 #: band, down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
 STEP = 0.9
 BISECT_STEP = 0.95
-JITTER_STEP = 0.9
+JITTER_STEP = 0.5
 MIN_JITTER = 0.05
 #: Each clean window eases the memory of the longest failing gap by this factor,
 #: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
