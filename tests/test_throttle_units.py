@@ -95,6 +95,16 @@ def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_
     assert r.limited(Signal(5.0, 5.0, False, 0.5), 1.5) == pytest.approx(5.0 / 1.1 ** 4)
 
 
+def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() -> None:
+    r = RateSearch()
+    r.clean(6.0, 0.0, W, math.inf)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)  # the ceiling: 6.6
+    for t, rate in ((2.0, 6.0), (3.0, 5.5), (4.0, 6.2)):  # a run down past it, each one a lone signal
+        r.clean(rate, t, W, math.inf)
+        r.limited(Signal(rate, rate, False, 0.5), t + 0.5)
+    assert r.confirmed == 0 and r.hold(W) == HOLD_FIRST
+
+
 def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
     r = RateSearch()
     for i in range(12):

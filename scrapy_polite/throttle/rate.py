@@ -71,6 +71,8 @@ class RateSearch:
         #: Answers to requests granted before this were sent at an older host rate.
         self.changed = -math.inf
         self.last_limited = -math.inf
+        #: Whether the rate is past a hold, probing: its next signal may confirm the ceiling.
+        self.probing = False
         self.grants: deque[tuple[float, int]] = deque()
         self.answers: deque[tuple[float, bool]] = deque()
 
@@ -106,6 +108,7 @@ class RateSearch:
     def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
         self.last_limited = now
+        probe, self.probing = self.probing, False
         accepted = self.accepted(s.sent)
         if s.rate is not None:
             self.fail_streak += 1
@@ -132,10 +135,12 @@ class RateSearch:
             self.moved, self.confirmed = True, 0
             self.ceiling = failed
         elif self.ceiling / (1 + STEP) * (1 - 1e-9) <= failed <= self.ceiling * (1 + STEP) ** 2:
-            # The same ceiling again: re-probe less often; met at or past it, hold closer under it.
-            self.confirmed += 1
-            if failed >= self.ceiling * (1 - 1e-9) and self.fail_streak == 1 and accepted is None:
-                new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
+            if probe:
+                # A probe met the same ceiling again: re-probe less often; met at or past it,
+                # hold closer under it.
+                self.confirmed += 1
+                if failed >= self.ceiling * (1 - 1e-9) and accepted is None:
+                    new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
             self.ceiling = min(self.ceiling, failed)
         elif failed > self.ceiling:
             self.ceiling = failed
@@ -161,6 +166,7 @@ class RateSearch:
                 return KEEP  # hold one step below the rate that failed
             self.bad = None  # then probe past it: limits move
             self.forgiven = False
+            self.probing = True
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
