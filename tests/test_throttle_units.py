@@ -100,6 +100,7 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
     r.clean(6.0, 0.0, W, math.inf)
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)  # the ceiling: 6.6
     for t, rate in ((2.0, 6.0), (3.0, 5.5), (4.0, 6.2)):  # a run down past it, each one a lone signal
+        r.changed = t - 0.5  # each signal set a new rate just before
         r.clean(rate, t, W, math.inf)
         r.limited(Signal(rate, rate, False, 0.5), t + 0.5)
     assert r.confirmed == 0 and r.hold(W) == HOLD_FIRST
