@@ -466,11 +466,11 @@ def test_a_burst_without_a_host_rate_is_not_taken_for_where_the_limit_was() -> N
     policy.rate_limited("a", eps[2], 2.0, granted_at=ft.now)  # the first limit found at a set rate
     held = rate(gate)
     assert held == pytest.approx(4.0)
-    for _ in range(2):  # within the first hold (3 s): still holding
-        ft.advance(1)
+    for _ in range(3):  # half a window later: still holding, the limit is not known to move
+        ft.advance(5)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(held)
-    ft.advance(1.5)
+    ft.advance(6)
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(held * 1.1)
 

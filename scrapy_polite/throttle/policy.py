@@ -355,8 +355,9 @@ class ThrottlePolicy:
             return []
         fleet_signal = getattr(self.gate, "last_signal", None)
         window = self.config.recovery_window
-        fleet_held = fleet_signal is not None and now - fleet_signal(host) < p.rate.hold(window)
-        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), fleet_held)
+        fast = self.config.adaptive
+        fleet_held = fleet_signal is not None and now - fleet_signal(host) < p.rate.hold(window, fast)
+        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), fleet_held, fast)
         if new is KEEP:
             return []
         return [self._set_rate(p, host, new, now)]  # type: ignore[arg-type]

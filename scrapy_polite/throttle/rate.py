@@ -24,8 +24,9 @@ SPAN_MIN = 1.0
 #: at least ``MIN_ANSWERS``), the host takes the rate sent times that share.
 CLEAN_SHARE = 0.8
 MIN_ANSWERS = 10
-#: The first hold below a rate that failed, seconds; each probe that meets the
-#: same ceiling doubles it, up to ``POLITE_RECOVERY_WINDOW``.
+#: Adaptive mode's first hold below a rate that failed, seconds; each probe that
+#: meets the same ceiling doubles it, up to ``POLITE_RECOVERY_WINDOW`` (the hold
+#: without adaptive mode).
 HOLD_FIRST = 3.0
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
@@ -98,10 +99,10 @@ class RateSearch:
             return sent * share
         return None
 
-    def hold(self, window: float) -> float:
-        """Seconds to hold below a rate that failed before probing past it."""
+    def hold(self, window: float, fast: bool = True) -> float:
+        """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's short holds)."""
         longest = window / (2 if self.moved else 1)
-        return min(longest, HOLD_FIRST * 2 ** self.confirmed)
+        return min(longest, HOLD_FIRST * 2 ** self.confirmed) if fast else longest
 
     # -- steps -----------------------------------------------------------------
 
@@ -152,13 +153,13 @@ class RateSearch:
         return new
 
     def clean(self, rate: float, now: float, window: float, pool_rate: float,
-              fleet_held: bool = False) -> float | None | _Keep:
+              fleet_held: bool = False, fast: bool = True) -> float | None | _Keep:
         """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits nothing)."""
         if now - self.last_limited < RUN:
             return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate
         self.fail_streak = 0
-        hold = self.hold(window)
+        hold = self.hold(window, fast)
         if self.bad is None and fleet_held:
             return KEEP  # another process sharing the host rate just stepped it down
         if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
