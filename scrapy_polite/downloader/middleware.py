@@ -29,7 +29,8 @@ from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.exit_ip import parse_exit_ip
 from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
-from scrapy_polite.gate.local import Lease
+from scrapy_polite.gate.base import GateListeners
+from scrapy_polite.gate.state import Lease
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.runtime import enabled_runtime
 
@@ -72,13 +73,11 @@ class PoliteProxyMiddleware:
         )
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         rt.middleware = self
-        self.gate._on_stalled = self._stalled
-        self.gate._on_all_unusable = self._all_unusable
-        self.gate._on_session_repinned = self._session_repinned
-        if hasattr(self.gate, "on_orphans"):
-            self.gate.on_orphans = self._orphans
-        if hasattr(self.gate, "on_outage_timeout"):
-            self.gate.on_outage_timeout = self._state_unreachable
+        self.gate.listen(GateListeners(
+            on_stalled=self._stalled, on_all_unusable=self._all_unusable,
+            on_session_repinned=self._session_repinned, on_orphans=self._orphans,
+            on_outage_timeout=self._state_unreachable,
+        ))
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -134,9 +133,8 @@ class PoliteProxyMiddleware:
                 loop.stop()
         self._loops.clear()
         self.stats.set_value("polite/sessions", len(self.gate.sessions()))
-        outages = getattr(self.gate, "outages", 0)
-        if outages:
-            self.stats.set_value("polite/state_outages", outages)
+        if self.gate.outages:
+            self.stats.set_value("polite/state_outages", self.gate.outages)
         dropped = self.stats.get_value("polite/dropped_at_close", 0)
         if dropped:
             logger.info(
@@ -144,9 +142,8 @@ class PoliteProxyMiddleware:
                 "(%s); %d kept in JOBDIR for the next run",
                 dropped, reason, self.stats.get_value("polite/kept_at_close", 0), extra={"spider": spider},
             )
-        reasserted = getattr(self.gate, "reasserted", 0)
-        if reasserted:
-            self.stats.set_value("polite/state_reasserted", reasserted)
+        if self.gate.reasserted:
+            self.stats.set_value("polite/state_reasserted", self.gate.reasserted)
         # A shared gate hands back what this process holds before the crawl ends.
         stopping = self.gate.stop()
         if stopping is not None:
@@ -241,7 +238,7 @@ class PoliteProxyMiddleware:
         logger.error(
             "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
             "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
-            getattr(self.gate, "label", "Redis"), down_for, self.config.state_outage_timeout,
+            self.gate.label, down_for, self.config.state_outage_timeout,
         )
         # The engine first, so the requests handed back to the scheduler stay there for JOBDIR.
         self._close_spider("polite_state_unreachable")

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.state import Lease
     from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def render_seconds(request: Request) -> float | None:
 class Contexts:
     """The browser contexts the pool opened: bound to leases, bounded, closed when idle and unwanted."""
 
-    def __init__(self, crawler: Crawler, config: PoliteConfig, gate: Any) -> None:
+    def __init__(self, crawler: Crawler, config: PoliteConfig, gate: Gate) -> None:
         self.crawler = crawler
         self.gate = gate
         self.max_contexts = config.playwright_max_contexts
@@ -199,8 +200,8 @@ class Contexts:
         key = self.endpoint_of.get(name)
         if key is None:
             return False
-        st = getattr(self.gate, "endpoints", {}).get(key)
-        return st is None or bool(getattr(st, "removed", False))
+        st = self.gate.endpoints.get(key)
+        return st is None or st.removed
 
     async def _close(self, handler: Any, name: str, why: str) -> None:
         # Out of the handler's list at once: a request bound meanwhile finds it gone and waits for

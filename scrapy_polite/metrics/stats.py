@@ -544,12 +544,13 @@ class PoliteStats:
     @property
     def _shared(self) -> bool:
         """Whether the gate is shared with other processes, so the fleet can see these stats."""
-        return hasattr(self.runtime.gate, "publish_stats")
+        return self.runtime.gate.shared
 
     def _publish(self, finished: bool = False, summary: dict[str, Any] | None = None) -> None:
         from scrapy_polite.metrics.fleet import snapshot
 
-        self.runtime.gate.publish_stats(snapshot(self, finished, summary))
+        if self.runtime.publisher is not None:
+            self.runtime.publisher(snapshot(self, finished, summary))
 
     @property
     def prometheus_url(self) -> str | None:

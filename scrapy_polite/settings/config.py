@@ -15,9 +15,14 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.gate.redis.backend import HOST_TTL, PIN_TTL
 from scrapy_polite.pool.endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
+
+#: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
+PIN_TTL = 3600.0
+#: A host's shared record (learned limits, grants, last rate signal) lives this long after
+#: its last use (POLITE_STATE_HOST_TTL).
+HOST_TTL = 24 * 3600.0
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
