@@ -119,6 +119,7 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         headers = zf.read(meta).decode().split("\n\n", 1)[0].splitlines()
     assert "scrapy_polite/py.typed" in names
+    assert "scrapy_polite/gate/redis/lua/acquire.lua" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     fields: dict[str, list[str]] = {}
     for line in headers:

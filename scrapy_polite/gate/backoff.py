@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: An (endpoint, host) pair is remembered this long after its timers run out,
+#: so the next request through it knows its gap (the Redis scripts are given it too).
+PAIR_MEMORY = 1.0
 #: While Redis is away, each loop retries after this delay, doubled up to the cap.
 RETRY_BACKOFF = (0.25, 8.0)
 

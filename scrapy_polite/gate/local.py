@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_polite.gate.backoff import draw_spacing
+from scrapy_polite.gate.backoff import PAIR_MEMORY, draw_spacing
 from scrapy_polite.gate.core import CallLater, GateCore, cancel_timer
 from scrapy_polite.gate.state import (
     REMOVED,
@@ -35,9 +35,6 @@ __all__ = ["PAIR_MEMORY", "REMOVED", "EndpointState", "HostState", "Lease", "Loc
 
 logger = logging.getLogger(__name__)
 
-#: An (endpoint, host) pair is remembered this long after its timers run out,
-#: so the next request through it knows its gap (the Redis keys live as long).
-PAIR_MEMORY = 1.0
 #: Idle hosts and sessions looked at per acquire and per release: eviction keeps
 #: pace with the requests that create state, at a constant cost per request.
 SWEEP = 2

@@ -172,8 +172,8 @@ class LoadIndex:
 class PolitePriorityQueue(DownloaderAwarePriorityQueue):
     """DownloaderAwarePriorityQueue that also counts requests waiting at the gates.
 
-    The gate reports its load changes (``add_load_listener``), so the loads are
-    kept in a :class:`LoadIndex` instead of asking the gate for each slot on every pop.
+    The gate reports its load changes (``add_load_listener``), so the loads are kept
+    in a :class:`LoadIndex`; without one (None) every pop asks the gate for each slot.
     """
 
     def __init__(self, crawler: Crawler, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -182,7 +182,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         compat.set_downloader_interface(self, iface)
         gate = get_runtime(crawler).gate
         self._gate = gate
-        self._index = LoadIndex()
+        self._index: LoadIndex | None = LoadIndex()
         for slot in self.pqueues:
             self._index.set(slot, iface.load(gate, slot))
         gate.add_load_listener(self._gate_load)
@@ -190,7 +190,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         crawler.signals.connect(self._left, signal=signals.request_left_downloader)
 
     def _refresh(self, slot: str, adjust: int = 0) -> None:
-        if slot in self.pqueues:
+        if self._index is not None and slot in self.pqueues:
             self._index.set(slot, self._downloader_interface.load(self._gate, slot) + adjust)
 
     def _gate_load(self, host: str, load: int) -> None:
@@ -206,6 +206,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
     def _pick(self, update_state: bool) -> str | None:
         """The slot to serve; the chosen one's load is checked, in case an update was missed."""
         index = self._index
+        assert index is not None
         while True:
             saved = index.last
             slot = index.best(update_state=True)
@@ -220,6 +221,8 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
             index.set(slot, actual)
 
     def pop(self) -> Request | None:
+        if self._index is None:
+            return super().pop()
         slot = self._pick(update_state=True)
         if slot is None:
             return None
@@ -239,14 +242,18 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
 
     def push(self, request: Request) -> None:
         super().push(request)
-        slot = self._downloader_interface.get_slot_key(request)
-        if slot not in self._index:
-            self._index.set(slot, self._downloader_interface.load(self._gate, slot))
+        if self._index is not None:
+            slot = self._downloader_interface.get_slot_key(request)
+            if slot not in self._index:
+                self._index.set(slot, self._downloader_interface.load(self._gate, slot))
 
     def peek(self) -> Request | None:
+        if self._index is None:
+            return super().peek()
         slot = self._pick(update_state=False)
         return None if slot is None else self._only(slot, super().peek)
 
     def close(self) -> dict[str, list[int]]:
-        self._index = LoadIndex()
+        if self._index is not None:
+            self._index = LoadIndex()
         return super().close()

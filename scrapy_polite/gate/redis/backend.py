@@ -41,7 +41,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 
 from scrapy_polite.errors import SpiderClosing
-from scrapy_polite.gate.backoff import RETRY_BACKOFF, Retry, draw_spacing
+from scrapy_polite.gate.backoff import PAIR_MEMORY, RETRY_BACKOFF, Retry, draw_spacing
 from scrapy_polite.gate.core import GateCore
 from scrapy_polite.gate.redis import scripts as redis_scripts
 from scrapy_polite.gate.redis.state import Keys, async_client, endpoint_id, import_redis, mask_url
@@ -206,11 +206,7 @@ class RedisGate(GateCore):
         if self._client is not None or self._stopped:
             return
         self._client = async_client(self.url)
-        self._scripts = {
-            name: self._client.register_script(getattr(redis_scripts, name.upper()))
-            for name in ("acquire", "release", "renew", "sweep", "extend", "set_interval",
-                         "endpoint_failed", "endpoint_ok", "unpin", "leave", "signal", "stall")
-        }
+        self._scripts = {name: self._client.register_script(redis_scripts.source(name)) for name in redis_scripts.NAMES}
         self._ops = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run_ops()), asyncio.ensure_future(self._run_renewals())]
 
@@ -292,7 +288,7 @@ class RedisGate(GateCore):
         self._op(lambda: self._scripts["endpoint_ok"](args=[self.keys.endpoint(self._ids[key])]))
 
     def _on_maintain(self, now: float) -> None:
-        self._expire_spacing(now)
+        self._evict(None)
 
     def _on_enqueued(self, w: Waiter, h: HostState, now: float) -> None:
         self._idle_hosts.pop(w.host, None)
@@ -499,8 +495,11 @@ class RedisGate(GateCore):
                 wake = min(wake, w.not_before)
                 continue
             if w.session is None:
-                if not unpinned and self._free_candidates(w.host):
-                    tries.append(w)
+                if not unpinned:
+                    if self._free_candidates(w.host):
+                        tries.append(w)
+                    else:
+                        wake = min(wake, self._next_free(w.host, now))
                 unpinned = True
                 continue
             s = self._sessions[w.session]
@@ -522,6 +521,13 @@ class RedisGate(GateCore):
                 if len(out) >= CANDIDATES:
                     break
         return out
+
+    def _next_free(self, host: str, now: float) -> float:
+        """When an endpoint with a free slot is next out of its backoff and its spacing for *host*
+        (a busy one wakes the pump when it is released)."""
+        return min((max(st.unhealthy_until, self._spacing.get((key, host), 0.0))
+                    for key, st in self._endpoints.items()
+                    if not st.removed and st.inflight < self.endpoint_concurrency), default=math.inf)
 
     async def _try(self, host: str, w: Waiter) -> tuple[str, float]:
         if w.session is not None:
@@ -546,24 +552,26 @@ class RedisGate(GateCore):
             hint, complete = "", "0"
             ids = self._free_candidates(host, only=w.endpoint)
         h = self.host(host)
-        low, high = h.delay
         u = self._rng.random()
-        code, ep_id, at, state, health, signal = await self._scripts["acquire"](args=[
-            self.keys.prefix, host, w.session or "", w.token, self.lease_ttl, self.endpoint_concurrency,
-            self.host_overrides.get(host, (self.host_concurrency,))[0], low, high, self.max_failures,
-            self.backoff[1],
-            u, self.poll, "1" if self.session_policy == "repin" else "0", hint, complete, self.pin_ttl,
-            self._seen, self._longest_spacing(), self.host_ttl, *ids,
-        ])
+        r = redis_scripts.parse_acquire(await self._scripts["acquire"](args=redis_scripts.acquire_args(
+            ids, prefix=self.keys.prefix, host=host, session=w.session or "", token=w.token, ttl=self.lease_ttl,
+            endpoint_concurrency=self.endpoint_concurrency,
+            limit=self.host_overrides.get(host, (self.host_concurrency,))[0], lo=h.delay[0], hi=h.delay[1],
+            max_failures=self.max_failures, backoff_max=self.backoff[1], u=u, poll=self.poll,
+            repin="1" if self.session_policy == "repin" else "0", hint=hint, complete=complete,
+            pin_ttl=self.pin_ttl, last_seen=self._seen, longest_spacing=self._longest_spacing(),
+            host_ttl=self.host_ttl, pair_memory=PAIR_MEMORY,
+        )))
+        code, ep_id = r.code, r.endpoint
         now = self._clock()
-        redis_now = self._seen = float(state[0])
-        self._mirror(h, host, state, now)
-        if signal:
-            self._signals[host] = max(self._signals.get(host, -math.inf), now - (redis_now - float(signal)))
-        self._mirror_health(health, redis_now, now)
-        wait = max(0.0, float(at) - redis_now)
-        if code == "grace" and float(at) > self._grace_until:
-            self._grace_until = float(at)
+        redis_now = self._seen = r.host.now
+        self._mirror(h, host, r.host, now)
+        if r.signal:
+            self._signals[host] = max(self._signals.get(host, -math.inf), now - (redis_now - float(r.signal)))
+        self._mirror_health(r.health, redis_now, now)
+        wait = max(0.0, r.at - redis_now)
+        if code == "grace" and r.at > self._grace_until:
+            self._grace_until = r.at
             logger.warning(
                 "scrapy-polite: the shared state at %s was unreachable for longer than the lease TTL, "
                 "or lost its data: no new lease for %.1f s, so requests still in flight are "
@@ -581,10 +589,9 @@ class RedisGate(GateCore):
                     else:
                         self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
                 return "refused", 0.0
-            gap, slack = (float(v) for v in state[9:11]) if len(state) > 10 else (-1.0, -1.0)
             self._order.move_to_end(key)
-            self._grant(w, self._endpoints[key], h, now, gap if gap >= 0 else math.inf,
-                        slack if slack >= 0 else math.inf)
+            self._grant(w, self._endpoints[key], h, now, redis_scripts.finite(r.host.gap),
+                        redis_scripts.finite(r.host.slack))
             # The same spacing the script drew, from the same band and the same u.
             until = self._spacing[(key, host)] = now + draw_spacing(u, h.delay, h.min_delay)
             heapq.heappush(self._spacing_due, (until, key, host))
@@ -615,17 +622,15 @@ class RedisGate(GateCore):
             if usable and not self.endpoint_usable(st):
                 self._after_health_change(key)
 
-    def _mirror(self, h: HostState, host: str, state: list[str], now: float) -> None:
+    def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float) -> None:
         """Refresh the throttle's view of *host* from the shared values."""
-        redis_now = float(state[0])
-        h.limit = int(float(state[1]))
-        h.delay = (float(state[2]), float(state[3]))
-        h.min_delay = float(state[4])
+        h.limit = state.limit
+        h.delay = (state.lo, state.hi)
+        h.min_delay = state.min_delay
         self._longest.set(host, h.longest_spacing())
-        h.interval = float(state[5])
-        h.paused_until = now + (float(state[6]) - redis_now) if float(state[6]) > redis_now else 0.0
-        if len(state) > 8:
-            h.grants = int(float(state[8]))
+        h.interval = state.interval
+        h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
+        h.grants = state.grants
 
     def _send_release(self, host: str, w: Waiter, ep_id: str) -> None:
         args = [self.keys.prefix, host, w.session or "", w.token, ep_id, self.keys.held(self.process_id),
