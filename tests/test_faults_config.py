@@ -78,7 +78,7 @@ class Steps:
 
 @pytest.mark.once
 def test_removal_grace_ends_once_per_removal() -> None:
-    from scrapy_polite.gate.local import RemovalGrace
+    from scrapy_polite.gate.state import RemovalGrace
 
     grace = RemovalGrace(1.0)
     assert grace.start("a", 10.0) == 11.0

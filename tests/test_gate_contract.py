@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-import pytest_twisted
+from test_redis_gate import on_asyncio
 from twisted.internet.defer import Deferred
 
 from scrapy_polite.errors import SessionEndpointLost, SpiderClosing
@@ -53,17 +51,6 @@ def make(request: pytest.FixtureRequest) -> Any:
     yield build
     for g in built:
         g.close("test over", SpiderClosing)
-
-
-def on_asyncio(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Any]:
-    """Run the body on the reactor's asyncio loop, then stop the gates it built."""
-
-    @functools.wraps(test)
-    @pytest_twisted.ensureDeferred
-    async def wrapper(*args: Any, **kwargs: Any) -> None:
-        await Deferred.fromFuture(asyncio.ensure_future(test(*args, **kwargs)))
-
-    return wrapper
 
 
 async def granted(d: Deferred, timeout: float = 3.0) -> Lease:

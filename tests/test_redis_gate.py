@@ -16,8 +16,8 @@ from twisted.internet.defer import Deferred
 
 from scrapy_polite.errors import SessionEndpointLost
 from scrapy_polite.gate.base import GateListeners
-from scrapy_polite.gate.local import Lease
 from scrapy_polite.gate.redis.backend import RedisGate
+from scrapy_polite.gate.state import Lease
 from scrapy_polite.pool.endpoints import Endpoint
 
 # The Redis gate is asyncio and Redis only: these tests run once, in the current environment.

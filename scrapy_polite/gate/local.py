@@ -17,21 +17,9 @@ from typing import Any
 
 from scrapy_polite.gate.backoff import PAIR_MEMORY, draw_spacing
 from scrapy_polite.gate.core import CallLater, GateCore, cancel_timer
-from scrapy_polite.gate.state import (
-    REMOVED,
-    EndpointState,
-    HostState,
-    Lease,
-    RemovalGrace,
-    SessionState,
-    Waiter,
-    lost_message,
-)
+from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter
 from scrapy_polite.pool.endpoints import Endpoint
 from scrapy_polite.pool.host_memory import HOST_MEMORY, HostMemory
-
-__all__ = ["PAIR_MEMORY", "REMOVED", "EndpointState", "HostState", "Lease", "LocalGate", "RemovalGrace",
-           "SessionState", "lost_message"]
 
 logger = logging.getLogger(__name__)
 
