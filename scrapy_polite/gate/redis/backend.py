@@ -1,4 +1,4 @@
-"""RedisGate: the :class:`~scrapy_polite.gate.local.Gate` shared by every crawler process.
+"""RedisGate: the :class:`~scrapy_polite.gate.base.Gate` shared by every crawler process.
 
 Several processes (Scrapyd jobs, or scrapy-redis workers on many machines)
 pointed at the same Redis and namespace hold their limits fleet-wide: one
