@@ -26,7 +26,7 @@ class Runtime:
         self._gate: LocalGate | None = None
         self.throttle: Any = None
         self.stats: Any = None
-        self.middleware: Any = None
+        self.exit_ips: Any = None
 
     @property
     def gate(self) -> LocalGate:

@@ -136,9 +136,8 @@ class TrialGuard:
         else:
             self.paced_attempts += 1
             self.paced_rate_limited += outcome.rate_limited
-        self.statuses[str(outcome.status) if outcome.status is not None else outcome.exception or "?"] += 1
-        ban = outcome.status in self.ban_codes and not outcome.proxy_side and not outcome.rate_limited
-        if ban and self.first_ban is None:
+        self.statuses[outcome.label] += 1
+        if outcome.is_ban(self.ban_codes) and self.first_ban is None:
             self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
                               "time": outcome.time}
             self.stop_reason = "blocked"

@@ -995,7 +995,7 @@ class RedisGate:
 
     def publish_stats(self, snap: dict[str, Any]) -> None:
         """Queue this process's stats snapshot, sent in order with the other updates."""
-        from scrapy_polite.metrics.fleet import publish_commands
+        from scrapy_polite.metrics.fleet_store import publish_commands
 
         async def send() -> None:
             pipe = self._client.pipeline(transaction=False)
