@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
 from scrapy_polite import compat
 from scrapy_polite.downloader.proxy_meta import forget_attempt
@@ -10,6 +11,26 @@ from scrapy_polite.downloader.proxy_meta import forget_attempt
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+
+def dropped_at_close(crawler: Crawler, request: Request) -> None:
+    """Count *request*, failed at the gate by the spider closing, and keep it for ``JOBDIR`` if there is one."""
+    crawler.stats.inc_value("polite/dropped_at_close")
+    if keep_for_next_run(crawler, request):
+        crawler.stats.inc_value("polite/kept_at_close")
+
+
+def report_dropped(stats: Any, reason: str, spider: Any) -> None:
+    """One line at close on the requests the gate still held: none is lost without a word."""
+    dropped = stats.get_value("polite/dropped_at_close", 0)
+    if dropped:
+        logger.info(
+            "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed "
+            "(%s); %d kept in JOBDIR for the next run",
+            dropped, reason, stats.get_value("polite/kept_at_close", 0), extra={"spider": spider},
+        )
 
 
 def keep_for_next_run(crawler: Crawler, request: Request) -> bool:

@@ -24,7 +24,7 @@ from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.blame import Blame
 from scrapy_polite.downloader.exit_ip import ExitIps
-from scrapy_polite.downloader.jobdir import keep_for_next_run
+from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
 from scrapy_polite.downloader.maintenance import Maintenance, announce
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
@@ -35,7 +35,7 @@ from scrapy_polite.downloader.proxy_meta import (
     session_of,
 )
 from scrapy_polite.downloader.recorder import Recorder
-from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.downloader.retry_after import cooldown
 from scrapy_polite.downloader.transport import send_through
 from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.local import Lease
@@ -100,13 +100,7 @@ class PoliteProxyMiddleware:
         outages = getattr(self.gate, "outages", 0)
         if outages:
             self.stats.set_value("polite/state_outages", outages)
-        dropped = self.stats.get_value("polite/dropped_at_close", 0)
-        if dropped:
-            logger.info(
-                "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed "
-                "(%s); %d kept in JOBDIR for the next run",
-                dropped, reason, self.stats.get_value("polite/kept_at_close", 0), extra={"spider": spider},
-            )
+        report_dropped(self.stats, reason, spider)
         reasserted = getattr(self.gate, "reasserted", 0)
         if reasserted:
             self.stats.set_value("polite/state_reasserted", reasserted)
@@ -256,9 +250,7 @@ class PoliteProxyMiddleware:
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if isinstance(exception, SpiderClosing):
-            self.stats.inc_value("polite/dropped_at_close")
-            if keep_for_next_run(self.crawler, request):
-                self.stats.inc_value("polite/kept_at_close")
+            dropped_at_close(self.crawler, request)
             return None
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
             self.recorder.not_sent(request, exception, self.host_key(request))
@@ -295,11 +287,7 @@ class PoliteProxyMiddleware:
     # -- helpers ----------------------------------------------------------
 
     def _cooldown(self, header: bytes | None) -> float:
-        low, high = self.config.cooldown
-        seconds = parse_retry_after(header)
-        if seconds is None:
-            seconds = self._rng.uniform(low, high)
-        return min(seconds, self.config.retry_after_max)
+        return cooldown(header, self.config.cooldown, self.config.retry_after_max, self._rng)
 
     def _stalled(self, lease: Lease) -> None:
         self.stats.inc_value("polite/stalled")
