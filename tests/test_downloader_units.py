@@ -249,3 +249,74 @@ def test_percentiles_are_seconds_and_none_when_empty() -> None:
     assert list(fields) == ["latency_p50", "latency_p95", "latency_p99"]
     assert fields["latency_p50"] == pytest.approx(0.2, rel=0.01)
     assert fields["latency_p99"] == pytest.approx(0.4, rel=0.01)
+
+
+# -- answers, cooldown, Splash restarts ---------------------------------------------------
+
+
+def test_an_answer_is_classified_once_in_the_order_the_middleware_acts() -> None:
+    from scrapy.http.headers import Headers
+
+    from scrapy_polite.downloader import answers
+
+    cfg = config(POLITE_BAN_CODES=[403], POLITE_RATE_LIMIT_CODES=[429])
+    proxy_header = cfg.proxy_error_headers[0]
+
+    def kind(status: int, **headers: str) -> tuple[str, bool]:
+        answer = answers.classify(status, Headers(headers), cfg)
+        return answer.kind, answer.proxy_side
+
+    assert kind(407) == (answers.PROXY_AUTH, False)
+    assert kind(429) == (answers.RATE, False)
+    assert kind(429, **{proxy_header: "1"}) == (answers.RATE, True)
+    assert kind(403) == (answers.BAN, False)
+    assert kind(403, **{proxy_header: "1"}) == (answers.OK, True)  # the proxy's 403 is no ban of the site
+    assert kind(200) == (answers.OK, False)
+    retry_after_code = next(iter(cfg.retry_after_codes))
+    assert kind(retry_after_code) == (answers.OK, False)
+    assert kind(retry_after_code, **{"Retry-After": "3"}) == (answers.RATE, False)
+    assert answers.classify(429, Headers({"Retry-After": "3"}), cfg).retry_after == b"3"
+
+
+def test_the_cooldown_honours_retry_after_up_to_its_cap() -> None:
+    import random
+
+    from scrapy_polite.downloader.retry_after import cooldown
+
+    rng = random.Random(1)
+    assert cooldown(b"5", (1.0, 2.0), 60.0, rng) == 5.0
+    assert cooldown(b"500", (1.0, 2.0), 60.0, rng) == 60.0
+    assert all(1.0 <= cooldown(None, (1.0, 2.0), 60.0, rng) <= 2.0 for _ in range(50))
+    assert cooldown(b"soon", (1.0, 1.0), 60.0, rng) == 1.0
+
+
+def test_a_splash_request_keeps_its_lease_on_its_second_pass_and_restarts_from_its_original() -> None:
+    from scrapy_polite.downloader.splash import remember_original
+    from scrapy_polite.downloader.transport import holds_lease, restarted
+
+    lease = SimpleNamespace(released=False)
+    first = Request("http://t.test/page", meta={"splash": {"args": {}}})
+    assert not holds_lease(first) and restarted(first) is None
+    remember_original(first)
+    processed = first.replace(url="http://splash:8050/render.html", method="POST",
+                              meta={**first.meta, "_splash_processed": True, LEASE_KEY: lease})
+    assert holds_lease(processed)
+    lease.released = True
+    assert not holds_lease(processed)
+    fresh = restarted(processed)
+    assert fresh is not None and fresh.url == "http://t.test/page" and fresh.method == "GET"
+    assert LEASE_KEY not in fresh.meta and "_splash_processed" not in fresh.meta
+
+
+def test_requests_dropped_at_close_are_counted_and_kept(caplog) -> None:
+    from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
+
+    queued: list[Request] = []
+    c = crawler(JOBDIR="/tmp/job")
+    c.engine = SimpleNamespace(_slot=SimpleNamespace(scheduler=SimpleNamespace(enqueue_request=lambda r: queued.append(r) or True)))
+    for i in range(2):
+        dropped_at_close(c, Request(f"http://a.test/{i}"))
+    assert (c.stats.get_value("polite/dropped_at_close"), c.stats.get_value("polite/kept_at_close")) == (2, 2)
+    with caplog.at_level("INFO"):
+        report_dropped(c.stats, "shutdown", None)
+    assert "2 request(s) still waiting at the gate" in caplog.text and "2 kept in JOBDIR" in caplog.text

@@ -19,7 +19,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_polite import compat
 from scrapy_polite import signals as polite_signals
-from scrapy_polite.downloader import failures, requeue
+from scrapy_polite.downloader import answers, failures, requeue
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.blame import Blame
@@ -36,10 +36,9 @@ from scrapy_polite.downloader.proxy_meta import (
 )
 from scrapy_polite.downloader.recorder import Recorder
 from scrapy_polite.downloader.retry_after import cooldown
-from scrapy_polite.downloader.transport import send_through
+from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
 from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.local import Lease
-from scrapy_polite.metrics.outcome import is_ban
 from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
@@ -158,17 +157,10 @@ class PoliteProxyMiddleware:
         meta = request.meta
         if meta.get("polite") is False or meta.get("dont_proxy"):
             return None
-        lease: Lease | None = meta.get(LEASE_KEY)
-        if lease is not None and not lease.released and meta.get("_splash_processed"):
-            # Second pass of a Splash request: the lease from the first pass holds.
+        if holds_lease(request):
             return None
-        if splash_support.is_processed(request):
-            # A processed Splash request sent again (RetryMiddleware, Splash's 498 retry): its
-            # JSON body names the proxy of an earlier lease, so it starts over from the original.
-            fresh = splash_support.fresh_request(request)
-            if fresh is not None:
-                fresh.meta.pop(LEASE_KEY, None)
-                return fresh
+        if (fresh := restarted(request)) is not None:
+            return fresh
         preset = preset_proxy(meta)
         pinned = None
         if preset is not None:
@@ -225,21 +217,16 @@ class PoliteProxyMiddleware:
 
     def _answered(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> Any:
         """The target's (or the proxy's) answer *status*: the one place a response is classified."""
-        cfg = self.config
-        proxy_side = any(h in headers for h in cfg.proxy_error_headers)
-        retry_after_header = headers.get(b"Retry-After")
-        rate_limited = status in cfg.rate_limit_codes or (
-            status in cfg.retry_after_codes and retry_after_header is not None
-        )
-        if status == 407:
+        answer = answers.classify(status, headers, self.config)
+        if answer.kind == answers.PROXY_AUTH:
             self.blame.endpoint_failed(lease, "407 Proxy Authentication Required")
             return self._requeue(request, "proxy", lease, response=response)
-        if rate_limited:
-            delay = self._cooldown(retry_after_header)
-            self.blame.rate_limited(lease, status, delay, proxy_side)
-            return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=proxy_side)
+        if answer.kind == answers.RATE:
+            delay = self._cooldown(answer.retry_after)
+            self.blame.rate_limited(lease, status, delay, answer.proxy_side)
+            return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=answer.proxy_side)
         self.blame.answered(lease)
-        if is_ban(status, cfg.ban_codes, proxy_side):
+        if answer.kind == answers.BAN:
             self.blame.banned(lease, status)
             return self._requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:

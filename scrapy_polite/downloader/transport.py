@@ -6,12 +6,31 @@ from typing import TYPE_CHECKING
 
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import splash as splash_support
-from scrapy_polite.downloader.proxy_meta import OWN_PROXY_KEY
+from scrapy_polite.downloader.proxy_meta import LEASE_KEY, OWN_PROXY_KEY
 
 if TYPE_CHECKING:
     from scrapy import Request
 
     from scrapy_polite.gate.local import Lease
+
+
+def holds_lease(request: Request) -> bool:
+    """The second pass of a Splash request (to Splash itself): the lease of its first pass holds."""
+    lease = request.meta.get(LEASE_KEY)
+    return lease is not None and not lease.released and bool(request.meta.get("_splash_processed"))
+
+
+def restarted(request: Request) -> Request | None:
+    """A processed Splash request sent again (RetryMiddleware, Splash's 498 retry), rebuilt from its original.
+
+    Its JSON body names the proxy of an earlier lease; ``None`` for any other request.
+    """
+    if not splash_support.is_processed(request):
+        return None
+    fresh = splash_support.fresh_request(request)
+    if fresh is not None:
+        fresh.meta.pop(LEASE_KEY, None)
+    return fresh
 
 
 async def send_through(request: Request, lease: Lease, contexts: playwright_support.Contexts) -> Request | None:
