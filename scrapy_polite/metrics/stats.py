@@ -9,20 +9,17 @@ tracked one by one (the rest are pooled under ``"(other)"``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import time
 from collections import Counter, deque
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
-from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
 from scrapy_polite.metrics.summary import format_summary
@@ -160,54 +157,6 @@ class HostStats(_Counts):
         self.exit_ips: Counter[str] = Counter()
 
 
-#: ``%(name)s`` placeholders of POLITE_STATS_JSONL; any other ``%`` is kept as written.
-_PLACEHOLDER = re.compile(r"%\((?:([^)]*)\)(.?))?")
-
-
-def jsonl_path(template: str | None, spider: Any, started: float | None = None) -> str | None:
-    """The POLITE_STATS_JSONL path of this crawl, its placeholders filled as in FEEDS URIs.
-
-    So that concurrent crawls (Scrapyd jobs) write and rotate files of their
-    own: ``%(name)s`` is the spider's name, ``%(time)s`` the start time in
-    FEEDS' format, ``%(job)s`` Scrapyd's job id (its ``_job`` spider
-    argument; the process id outside Scrapyd), and any other name a spider
-    attribute. Raises :class:`PoliteConfigError` for an unknown or malformed
-    placeholder, at start-up.
-    """
-    if template is None:
-        return None
-    utc = datetime.fromtimestamp(time.time() if started is None else started, tz=timezone.utc)
-    fixed = {
-        "time": utc.replace(microsecond=0).isoformat().replace(":", "-"),
-        "job": str(getattr(spider, "_job", None) or os.getpid()),
-    }
-
-    def fill(match: re.Match[str]) -> str:
-        name, conversion = match.group(1), match.group(2)
-        if not name or conversion != "s":
-            raise PoliteConfigError("POLITE_STATS_JSONL", template, "placeholders written %(name)s")
-        if name in fixed:
-            return fixed[name]
-        try:
-            return str(getattr(spider, name))
-        except AttributeError:
-            raise PoliteConfigError(
-                "POLITE_STATS_JSONL", template,
-                f"placeholders among %(name)s, %(time)s, %(job)s and the spider's attributes "
-                f"(the spider has no {name!r})",
-            ) from None
-
-    return _PLACEHOLDER.sub(fill, template)
-
-
-def _report_path(template: str | None, spider: Any) -> str | None:
-    """The POLITE_REPORT_HTML path of this crawl: the placeholders of POLITE_STATS_JSONL."""
-    try:
-        return jsonl_path(template, spider)
-    except PoliteConfigError as exc:
-        raise PoliteConfigError("POLITE_REPORT_HTML", template, exc.expected) from None
-
-
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
 
@@ -233,12 +182,11 @@ class PoliteStats:
         self.rate_limited = 0
         self.bans = 0
         self.gave_up = 0
-        self._jsonl: Any = None
-        self._jsonl_size = 0
         # The spider when the crawl builds it (its arguments included), else its class.
-        self._jsonl_path = jsonl_path(self.config.stats_jsonl, getattr(crawler, "spider", None) or crawler.spidercls)
-        self._report_source = self._jsonl_path  # kept when writing stops on an error
-        self._report_path = _report_path(self.config.report_html, getattr(crawler, "spider", None) or crawler.spidercls)
+        spider = getattr(crawler, "spider", None) or crawler.spidercls
+        self._jsonl = JsonlSink(jsonl_path(self.config.stats_jsonl, spider), self.config.stats_jsonl_max_bytes)
+        self._report_source = self._jsonl.path  # kept when writing stops on an error
+        self._report_path = report_path(self.config.report_html, spider)
         self._loop: Any = None
         self._publish_loop: Any = None
         self._prom: Any = None
@@ -305,8 +253,8 @@ class PoliteStats:
                 h.latency.record_value(ms)
         if outcome.endpoint:
             self.wait.record_value(_ms(outcome.wait))
-        if self._jsonl_path:
-            self._write_jsonl(outcome)
+        if self._jsonl.path:
+            self._jsonl.write(outcome.to_dict())
         if self._prom is not None:
             top = self.config.stats_top
             ph = _capped(self._prom_hosts, host, top)
@@ -333,34 +281,7 @@ class PoliteStats:
 
         Per-attempt lines have no ``"event"`` key: readers of attempts skip the lines that do.
         """
-        if self._jsonl_path:
-            self._write_line(event)
-
-    def _write_jsonl(self, outcome: Outcome) -> None:
-        self._write_line(outcome.to_dict())
-
-    def _write_line(self, record: dict[str, Any]) -> None:
-        """One line per record, on disk at once; at most two files of the cap each."""
-        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        path = self._jsonl_path
-        assert path is not None
-        try:
-            if self._jsonl is None:
-                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open for the run
-                self._jsonl_size = self._jsonl.seek(0, os.SEEK_END)
-            if self._jsonl_size and self._jsonl_size + len(line) > self.config.stats_jsonl_max_bytes:
-                self._jsonl.close()
-                os.replace(path, path + ".1")
-                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115
-                self._jsonl_size = 0
-            self._jsonl.write(line)
-            self._jsonl_size += len(line)
-        except OSError as exc:
-            logger.error("scrapy-polite: stopped writing %s: %s", path, exc)
-            self._jsonl_path = None
-            if self._jsonl is not None:
-                self._jsonl.close()
-                self._jsonl = None
+        self._jsonl.write(event)
 
     # -- views --------------------------------------------------------------
 
@@ -471,9 +392,7 @@ class PoliteStats:
                 loop.stop()
         if self._shared:
             self._publish(finished=True, summary=s)  # before the middleware stops the gate
-        if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
+        self._jsonl.close()
         self._export(s, spider)
         if self._report_path and self._report_source:
             self._write_report(self._report_path, self._report_source, spider)
