@@ -153,6 +153,7 @@ class PoliteProxyMiddleware:
         return host_key(request, self.config.host_key)
 
     # -- downloader middleware API ----------------------------------------
+
     async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         meta = request.meta
         if meta.get("polite") is False or meta.get("dont_proxy"):
