@@ -9,11 +9,6 @@ import time
 from typing import Any
 
 from scrapy_polite.cli import ModuleCommand
-from scrapy_polite.errors import scrub
-from scrapy_polite.gate.redis.state import import_redis, mask_url
-from scrapy_polite.metrics.fleet import TOTALS, merge
-from scrapy_polite.metrics.fleet_store import clear_snapshots, read_snapshots
-from scrapy_polite.metrics.summary import format_summary
 
 
 class Command(ModuleCommand):
@@ -54,6 +49,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Print (or clear) the fleet's stats *args* ask for; returns the exit code."""
+    # Imported here: Scrapy imports every command to list them, on every ``scrapy`` run.
+    from scrapy_polite.errors import scrub
+    from scrapy_polite.gate.redis.state import import_redis, mask_url
+    from scrapy_polite.metrics.fleet import TOTALS, merge
+    from scrapy_polite.metrics.fleet_store import clear_snapshots, read_snapshots
+    from scrapy_polite.metrics.summary import format_summary
+
     redis = import_redis()
     label = mask_url(args.url)
     try:
