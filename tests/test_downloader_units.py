@@ -320,3 +320,18 @@ def test_requests_dropped_at_close_are_counted_and_kept(caplog) -> None:
     with caplog.at_level("INFO"):
         report_dropped(c.stats, "shutdown", None)
     assert "2 request(s) still waiting at the gate" in caplog.text and "2 kept in JOBDIR" in caplog.text
+
+
+def test_a_download_error_is_classified_once_browser_and_splash_first() -> None:
+    from twisted.internet.error import ConnectionRefusedError
+
+    from scrapy_polite.downloader import answers, failures
+    from scrapy_polite.downloader.playwright import PROXY_ERROR_TEXTS
+
+    browser_error = Exception(f"page.goto: {PROXY_ERROR_TEXTS[0]} at http://t.test/")
+    rendered = Request("http://t.test/", meta={"playwright": True})
+    assert answers.classify_exception(rendered, browser_error) == failures.Failure(failures.PROXY, PROXY_ERROR_TEXTS[0])
+    assert answers.classify_exception(Request("http://t.test/"), browser_error).kind == failures.OTHER
+    to_splash = Request("http://splash:8050/", meta={"splash": {"args": {}}, "_splash_processed": True})
+    assert answers.classify_exception(to_splash, ConnectionRefusedError()).kind == answers.SPLASH
+    assert answers.classify_exception(Request("http://t.test/"), ConnectionRefusedError()).kind == failures.PROXY

@@ -1,13 +1,17 @@
-"""What an answer is: the proxy refusing us, a rate signal, a ban, or an answer to keep."""
+"""What an answer or a download error is: the proxy's failure, a rate signal, a ban, or one to keep."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from scrapy_polite.downloader import failures
+from scrapy_polite.downloader import playwright as playwright_support
+from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.metrics.outcome import is_ban
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.http.headers import Headers
 
     from scrapy_polite.settings.config import PoliteConfig
@@ -17,6 +21,8 @@ PROXY_AUTH = "proxy_auth"
 RATE = "rate"
 BAN = "ban"
 OK = "ok"
+#: The connection to Splash failed, not the proxy (Splash reports proxy failures in its answer).
+SPLASH = "splash"
 
 
 @dataclass(frozen=True)
@@ -40,3 +46,12 @@ def classify(status: int, headers: Headers, config: PoliteConfig) -> Answer:
     else:
         kind = OK
     return Answer(kind, proxy_side, retry_after)
+
+
+def classify_exception(request: Request, exception: BaseException) -> failures.Failure:
+    """Whom the download error *exception* of *request* blames (``failures`` kinds, or :data:`SPLASH`)."""
+    if playwright_support.is_playwright(request) and (reason := playwright_support.proxy_failure(exception)):
+        return failures.Failure(failures.PROXY, reason)
+    if splash_support.is_processed(request):
+        return failures.Failure(SPLASH, type(exception).__name__)
+    return failures.classify(exception)

@@ -249,16 +249,12 @@ class PoliteProxyMiddleware:
             return None
         self.gate.release(lease)
         self.playwright.finish(request)
-        if playwright_support.is_playwright(request) and (reason := playwright_support.proxy_failure(exception)):
-            self.blame.endpoint_failed(lease, reason)
-            return self._requeue(request, "proxy", lease, exception=exception)
-        if splash_support.is_processed(request):
-            # The connection to Splash failed, not the proxy (Splash reports proxy failures in
-            # its answer): the endpoint stays healthy; RetryMiddleware decides on a retry.
+        failure = answers.classify_exception(request, exception)
+        if failure.kind == answers.SPLASH:
+            # The endpoint stays healthy; RetryMiddleware decides on a retry.
             self.stats.inc_value("polite/splash_errors")
-            self.stats.inc_value(f"polite/splash_errors/{type(exception).__name__}")
+            self.stats.inc_value(f"polite/splash_errors/{failure.reason}")
             return None
-        failure = failures.classify(exception)
         if failure.kind == failures.PROXY_RATE:
             delay = self._cooldown(None)
             self.blame.rate_limited(lease, None, delay, proxy_side=True)
