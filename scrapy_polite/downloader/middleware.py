@@ -61,10 +61,9 @@ class PoliteProxyMiddleware:
         self.gate = rt.gate
         self.stats = crawler.stats
         self._rng = random.Random()
-        self.budgets = requeue.Budgets.from_config(self.config)
         self.maintenance = Maintenance(crawler, self.config, self.gate)
         self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
-        self.recorder = Recorder(crawler, self.exit_ips)
+        self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config))
         self.blame = Blame(crawler, rt)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate._on_stalled = self._stalled
@@ -212,7 +211,7 @@ class PoliteProxyMiddleware:
                 return response
             if answer.kind == "proxy":
                 self.blame.endpoint_failed(lease, answer.reason)
-                return self._requeue(request, "proxy", lease, response=response)
+                return self.recorder.requeue(request, "proxy", lease, response=response)
             status, headers = answer.status or status, answer.headers
         return self._answered(request, response, lease, status, headers)
 
@@ -221,15 +220,17 @@ class PoliteProxyMiddleware:
         answer = answers.classify(status, headers, self.config)
         if answer.kind == answers.PROXY_AUTH:
             self.blame.endpoint_failed(lease, "407 Proxy Authentication Required")
-            return self._requeue(request, "proxy", lease, response=response)
+            return self.recorder.requeue(request, "proxy", lease, response=response)
         if answer.kind == answers.RATE:
             delay = self._cooldown(answer.retry_after)
             self.blame.rate_limited(lease, status, delay, answer.proxy_side)
-            return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=answer.proxy_side)
+            return self.recorder.requeue(
+                request, "rate", lease, response=response, delay=delay, proxy_side=answer.proxy_side
+            )
         self.blame.answered(lease)
         if answer.kind == answers.BAN:
             self.blame.banned(lease, status)
-            return self._requeue(request, "ban", lease, response=response)
+            return self.recorder.requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
         self.recorder.attempt(request, lease, response=response)
@@ -258,13 +259,13 @@ class PoliteProxyMiddleware:
         if failure.kind == failures.PROXY_RATE:
             delay = self._cooldown(None)
             self.blame.rate_limited(lease, None, delay, proxy_side=True)
-            return self._requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
+            return self.recorder.requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
         if failure.kind == failures.PROXY:
             self.blame.endpoint_failed(lease, failure.reason)
-            return self._requeue(request, "proxy", lease, exception=exception)
+            return self.recorder.requeue(request, "proxy", lease, exception=exception)
         if failure.kind == failures.AMBIGUOUS:
             self.blame.unanswered(lease, failure.reason, request.url)
-            return self._requeue(request, "timeout", lease, exception=exception)
+            return self.recorder.requeue(request, "timeout", lease, exception=exception)
         self.recorder.attempt(request, lease, exception=exception)
         return None
 
@@ -280,31 +281,3 @@ class PoliteProxyMiddleware:
             "the endpoint stays busy until the answer or the download timeout",
             lease.endpoint.label, lease.host, self.config.stall_timeout,
         )
-
-    def _requeue(
-        self,
-        request: Request,
-        kind: str,
-        lease: Lease,
-        *,
-        response: Response | None = None,
-        exception: Exception | None = None,
-        delay: float = 0.0,
-        proxy_side: bool | None = None,
-    ) -> Any:
-        """Record this attempt (its outcome says whether it was the last), then re-queue or give up."""
-        status = response.status if response is not None else None
-        decision = requeue.get_requeue_request(request, kind, self.budgets, status=status, delay=delay)
-        spent = decision.verdict == requeue.SPENT
-        self.recorder.attempt(
-            request, lease, response=response, exception=exception, rate_limited=kind == "rate",
-            proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
-        )
-        self.recorder.requeue_decided(request, kind, lease, decision, status=status, exception=exception, delay=delay)
-        if decision.request is not None:
-            return decision.request
-        if spent and response is None:
-            # Given up once: RetryMiddleware must not send it again on top of this budget.
-            request.meta["dont_retry"] = True
-            return None
-        return response

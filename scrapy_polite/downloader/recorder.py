@@ -1,10 +1,10 @@
-"""Each attempt's :class:`Outcome`, and what a re-queue decision leaves in stats, logs and signals."""
+"""How an attempt ends: its :class:`Outcome`, then its re-queue or give-up, in stats, logs and signals."""
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import playwright as playwright_support
@@ -23,12 +23,13 @@ logger = logging.getLogger(__name__)
 
 
 class Recorder:
-    """Sends ``outcome_recorded`` per attempt and counts every give-up once."""
+    """Sends ``outcome_recorded`` per attempt, re-queues within the budgets, and counts every give-up once."""
 
-    def __init__(self, crawler: Crawler, exit_ips: ExitIps) -> None:
+    def __init__(self, crawler: Crawler, exit_ips: ExitIps, budgets: requeue.Budgets) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.exit_ips = exit_ips
+        self.budgets = budgets
 
     def attempt(
         self,
@@ -83,7 +84,35 @@ class Recorder:
         self.stats.inc_value(f"polite/gave_up/{kind}")
         self.crawler.signals.send_catch_log(polite_signals.request_gave_up, request=request, reason=f"{kind}: {what}")
 
-    def requeue_decided(
+    def requeue(
+        self,
+        request: Request,
+        kind: str,
+        lease: Lease,
+        *,
+        response: Response | None = None,
+        exception: Exception | None = None,
+        delay: float = 0.0,
+        proxy_side: bool | None = None,
+    ) -> Any:
+        """Record this attempt (its outcome says whether it was the last), then re-queue or give up."""
+        status = response.status if response is not None else None
+        decision = requeue.get_requeue_request(request, kind, self.budgets, status=status, delay=delay)
+        spent = decision.verdict == requeue.SPENT
+        self.attempt(
+            request, lease, response=response, exception=exception, rate_limited=kind == "rate",
+            proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
+        )
+        self._requeue_decided(request, kind, lease, decision, status=status, exception=exception, delay=delay)
+        if decision.request is not None:
+            return decision.request
+        if spent and response is None:
+            # Given up once: RetryMiddleware must not send it again on top of this budget.
+            request.meta["dont_retry"] = True
+            return None
+        return response
+
+    def _requeue_decided(
         self,
         request: Request,
         kind: str,
