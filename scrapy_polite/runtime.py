@@ -33,7 +33,7 @@ class Runtime:
         self.publisher: Publisher | None = None
         self.throttle: Any = None
         self.stats: Any = None
-        self.middleware: Any = None
+        self.exit_ips: Any = None
 
     @property
     def gate(self) -> Gate:
@@ -87,7 +87,7 @@ def _build_gate(cfg: PoliteConfig) -> tuple[Gate, Publisher | None]:
 
 def _fleet_publisher(gate: RedisGate) -> Publisher:
     """Publish stats snapshots through *gate*'s ordered updates, under its namespace."""
-    from scrapy_polite.metrics.fleet import publish_commands
+    from scrapy_polite.metrics.fleet_store import publish_commands
 
     def publish(snap: dict[str, Any]) -> None:
         async def send(client: Any, keys: Any, process_id: str) -> None:

@@ -1,18 +1,9 @@
 """Browser rendering (scrapy-playwright) through the pool: one browser context per lease's endpoint.
 
-scrapy-playwright takes its proxy per browser context, not per request, so a
-rendered request (``meta["playwright"] = True``) is bound, after the gate, to
-a context named after the leased endpoint (and the session, for
-``polite_session``), created with that endpoint's proxy server and
-credentials through ``playwright_context_kwargs``. The page and every
-sub-resource it loads then leave through the lease's exit IP.
-
-:class:`Contexts` keeps the contexts the pool opened bounded
-(``POLITE_PLAYWRIGHT_MAX_CONTEXTS``): the least recently used idle one is
-closed to make room (a session's cookies and storage are saved first and
-handed to the context that replaces it), and a context whose endpoint left
-the pool is closed once idle. Nothing here imports scrapy-playwright: it
-reaches the download handler through the engine.
+scrapy-playwright takes its proxy per browser context, so a rendered request is
+bound, after the gate, to a context made with the leased endpoint's proxy;
+:class:`Contexts` keeps those contexts bounded (``POLITE_PLAYWRIGHT_MAX_CONTEXTS``).
+Nothing here imports scrapy-playwright. See docs/architecture.md.
 """
 
 from __future__ import annotations
