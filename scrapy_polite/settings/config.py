@@ -15,9 +15,14 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.gate.redis.backend import HOST_TTL, PIN_TTL
-from scrapy_polite.pool.endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
+from scrapy_polite.pool.endpoints import Endpoint, load_endpoints, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
+
+#: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
+PIN_TTL = 3600.0
+#: A host's shared record (learned limits, grants, last rate signal) lives this long after
+#: its last use (POLITE_STATE_HOST_TTL).
+HOST_TTL = 24 * 3600.0
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
@@ -268,25 +273,7 @@ class PoliteConfig:
         *reload*, also when the file lists none, since an emptied file is most likely
         one being rewritten, and dropping its endpoints would strand their sessions.
         """
-        entries: list[Any] = list(self.proxies)
-        if self.proxies_file:
-            try:
-                listed = read_proxies_file(self.proxies_file)
-            except OSError as exc:
-                raise PoliteConfigError(
-                    "POLITE_PROXIES_FILE", self.proxies_file, f"a readable file ({exc.strerror or exc})"
-                ) from None
-            if reload and not listed:
-                raise PoliteConfigError("POLITE_PROXIES_FILE", self.proxies_file, "at least one proxy URL")
-            entries.extend(listed)
-        setting = "POLITE_PROXIES_FILE" if self.proxies_file and not self.proxies else "POLITE_PROXIES"
-        endpoints, duplicates = expand(entries, self.gateway_sessions, setting)
-        if not endpoints:
-            raise PoliteConfigError(
-                "POLITE_PROXIES", [shown_url(p) if isinstance(p, str) else p for p in self.proxies],
-                "at least one proxy URL (in POLITE_PROXIES or POLITE_PROXIES_FILE)",
-            )
-        return endpoints, duplicates
+        return load_endpoints(self.proxies, self.proxies_file, self.gateway_sessions, reload)
 
 
 class _Reader:

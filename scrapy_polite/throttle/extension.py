@@ -108,9 +108,9 @@ class HostThrottle:
         """Use a robots.txt ``Crawl-delay`` as the host's minimum spacing."""
         if not request.url.endswith("/robots.txt") or response.status != 200:
             return
-        from scrapy.utils.httpobj import urlparse_cached
+        from scrapy_polite.downloader.proxy_meta import host_key
 
-        host = request.meta.get("download_slot") or urlparse_cached(request).hostname or ""
+        host = host_key(request, get_runtime(self.crawler).config.host_key)
         if host in self._robots_seen:
             return
         self._robots_seen[host] = None

@@ -34,7 +34,8 @@ from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import SpacingEstimator
 
 if TYPE_CHECKING:
-    from scrapy_polite.gate.local import HostState, LocalGate
+    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.state import HostState
     from scrapy_polite.pool.endpoints import Endpoint
     from scrapy_polite.settings.config import PoliteConfig
 
@@ -102,7 +103,7 @@ class ThrottlePolicy:
     def __init__(
         self,
         config: PoliteConfig,
-        gate: LocalGate,
+        gate: Gate,
         clock: Callable[[], float] = time.monotonic,
         notify: Callable[[str, dict[str, Any], dict[str, Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
@@ -114,8 +115,7 @@ class ThrottlePolicy:
         self._dropped = 0
         #: Findings of hosts the gate evicted, bounded as the gate's (POLITE_HOST_MEMORY).
         self.memory: HostMemory[tuple[Any, ...]] = HostMemory(config.host_memory, config.state_pin_ttl)
-        if hasattr(gate, "on_host_evicted"):
-            gate.on_host_evicted(self._evicted)
+        gate.on_host_evicted(self._evicted)
 
     def _evicted(self, host: str) -> None:
         """The gate dropped *host*: drop its search state too, keeping its findings."""
@@ -353,10 +353,9 @@ class ThrottlePolicy:
         h = self.gate.host(host)
         if h.interval <= 0:
             return []
-        fleet_signal = getattr(self.gate, "last_signal", None)
         window = self.config.recovery_window
         fast = self.config.adaptive
-        fleet_held = fleet_signal is not None and now - fleet_signal(host) < p.rate.hold(window, fast)
+        fleet_held = now - self.gate.last_signal(host) < p.rate.hold(window, fast)
         new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), fleet_held, fast)
         if new is KEEP:
             return []
