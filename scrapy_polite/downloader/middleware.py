@@ -17,13 +17,12 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from scrapy_polite import compat
-from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import answers, failures, requeue
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.blame import Blame
 from scrapy_polite.downloader.exit_ip import ExitIps
+from scrapy_polite.downloader.gate_events import GateEvents
 from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
 from scrapy_polite.downloader.maintenance import Maintenance, announce
 from scrapy_polite.downloader.proxy_meta import (
@@ -38,7 +37,6 @@ from scrapy_polite.downloader.recorder import Recorder
 from scrapy_polite.downloader.retry_after import cooldown
 from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
 from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
-from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.state import Lease
 from scrapy_polite.runtime import enabled_runtime
 
@@ -67,11 +65,7 @@ class PoliteProxyMiddleware:
         self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config))
         self.blame = Blame(crawler, rt)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
-        self.gate.listen(GateListeners(
-            on_stalled=self._stalled, on_all_unusable=self._all_unusable,
-            on_session_repinned=self._session_repinned, on_orphans=self._orphans,
-            on_outage_timeout=self._state_unreachable,
-        ))
+        self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -103,47 +97,6 @@ class PoliteProxyMiddleware:
         stopping = self.gate.stop()
         if stopping is not None:
             await maybe_deferred_to_future(stopping)
-
-    def _orphans(self, process: str, count: int) -> None:
-        self.stats.inc_value("polite/fleet/orphaned", count)
-
-    def _all_unusable(self) -> None:
-        if self.maintenance.closing:
-            return
-        logger.error(
-            "scrapy-polite: every endpoint is dead or removed (%d failures in a row each); "
-            "closing the spider", self.config.endpoint_max_failures,
-        )
-        self.gate.close("no usable endpoints")
-        self._close_spider("polite_no_usable_endpoints")
-
-    def _state_unreachable(self, down_for: float) -> None:
-        """Redis away past ``POLITE_STATE_OUTAGE_TIMEOUT``: close rather than wait forever.
-
-        The requests waiting at the gate take the usual close path (kept in JOBDIR,
-        or counted in ``polite/dropped_at_close``); those in flight finish.
-        """
-        if self.maintenance.closing:
-            return
-        logger.error(
-            "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
-            "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
-            self.gate.label, down_for, self.config.state_outage_timeout,
-        )
-        # The engine first, so the requests handed back to the scheduler stay there for JOBDIR.
-        self._close_spider("polite_state_unreachable")
-        self.gate.close("shared state unreachable", SpiderClosing)
-
-    def _close_spider(self, reason: str) -> None:
-        self.maintenance.closing = True
-        compat.close_spider(self.crawler, reason)
-
-    def _session_repinned(self, session: str, old: str | None, reason: str) -> None:
-        logger.warning("scrapy-polite: session %r leaves %s (%s); it gets a new endpoint", session, old, reason)
-        self.stats.inc_value("polite/sessions/repinned")
-        self.crawler.signals.send_catch_log(
-            polite_signals.session_repinned, session=session, old=old, reason=reason
-        )
 
     def host_key(self, request: Request) -> str:
         return host_key(request, self.config.host_key)
@@ -270,11 +223,3 @@ class PoliteProxyMiddleware:
 
     def _cooldown(self, header: bytes | None) -> float:
         return cooldown(header, self.config.cooldown, self.config.retry_after_max, self._rng)
-
-    def _stalled(self, lease: Lease) -> None:
-        self.stats.inc_value("polite/stalled")
-        logger.info(
-            "scrapy-polite: no answer via %s for %s after %.1f s: its host slot is free again, "
-            "the endpoint stays busy until the answer or the download timeout",
-            lease.endpoint.label, lease.host, self.config.stall_timeout,
-        )

@@ -1,15 +1,9 @@
 """A scheduler queue that hands out requests of the least loaded host first.
 
-Scrapy's DownloaderAwarePriorityQueue counts requests in download slots,
-but requests held at the polite gates are not in a slot yet: a saturated
-host would keep winning and its waiting requests would fill
-``CONCURRENT_REQUESTS``, starving other hosts. This queue counts what the
-gate holds (in flight plus waiting) per host instead.
-
-Scrapy's queue looks at every slot with pending requests on each pop. This
-one keeps each pending slot's load up to date as the gate and the
-downloader change it, in buckets by load, so a pop costs O(log n) in the
-number of slots: a broad crawl keeps its speed with a slot per host.
+Requests held at the gate are not in a download slot yet, so Scrapy's
+DownloaderAwarePriorityQueue would let a saturated host fill
+``CONCURRENT_REQUESTS``; this queue counts what the gate holds per host, kept
+up to date in buckets by load, so a pop costs O(log n) in the number of slots.
 """
 
 from __future__ import annotations

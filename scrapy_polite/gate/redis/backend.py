@@ -1,28 +1,9 @@
 """RedisGate: the :class:`~scrapy_polite.gate.base.Gate` shared by every crawler process.
 
-Several processes (Scrapyd jobs, or scrapy-redis workers on many machines)
-pointed at the same Redis and namespace hold their limits fleet-wide: one
-request per endpoint, the per-host cap and spacing, cooldowns and bans after
-429s and 403s, the throttle's concurrency and rate, session pins and endpoint
-health. Each grant is one Lua script (:mod:`scrapy_polite.gate.redis.scripts`), so
-two processes can never both take the last slot.
-
-What stays local: the queue of waiting requests (each process serves its own
-in order), and a mirror of the host values the throttle reads and of the
-health of the endpoints, refreshed by every grant attempt.
-
-Crashes: a lease expires ``POLITE_STATE_LEASE_TTL`` seconds after its last
-renewal, and live processes renew theirs every third of that, so a killed
-process frees its endpoints and host slots within seconds. Its heartbeat lasts
-three TTLs; then the URLs it was holding are moved to an orphans list by the
-first survivor that notices.
-
-Lost Redis: no lease is granted while Redis is unreachable (requests wait,
-nothing is sent unguarded); each loop retries with its own backoff (renewals at
-most a quarter TTL apart), the outage is logged once and its end once, and the
-in-flight leases are re-asserted when Redis is back. After Redis lost its data,
-or nobody reached it for a TTL, the fleet waits a grace period before new grants.
-Away for longer than ``outage_timeout``, it is reported once, so the spider can close.
+Processes pointed at the same Redis and namespace hold their limits fleet-wide;
+each grant is one Lua script, so two processes never both take the last slot.
+The queue of waiting requests stays local. docs/architecture.md (Redis) says
+what happens on a crash and while Redis is away.
 """
 
 from __future__ import annotations
