@@ -299,20 +299,21 @@ class ManySpider(PagesSpider):
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest_twisted.ensureDeferred
-async def test_contexts_do_not_leak_over_a_200_page_crawl(sandbox, tmp_path, browser) -> None:
-    sb = sandbox(SandboxConfig(sites=[site(pages=200, latency=[0.0, 0.0])], proxies=ProxyConfig(count=8, gateway=False)))
+async def test_contexts_do_not_leak_over_a_long_crawl(sandbox, tmp_path, browser) -> None:
+    pages, sessions = 120, 12  # one page in ten has a session of its own
+    sb = sandbox(SandboxConfig(sites=[site(pages=pages, latency=[0.0, 0.0])], proxies=ProxyConfig(count=8, gateway=False)))
     # A plain crawl at INFO: at DEBUG, scrapy-playwright logs every browser request and answer.
     result = await crawl(
         ManySpider, browser_settings(sb, POLITE_DELAY=(0.01, 0.02), POLITE_HOST_CONCURRENCY=8,
                                      POLITE_PLAYWRIGHT_MAX_CONTEXTS=8, CLOSESPIDER_TIMEOUT=250),
-        start_url=sb.site_url("a"), pages="200",
+        start_url=sb.site_url("a"), pages=str(pages),
     )
-    assert sorted(i["n"] for i in result.items) == list(range(1, 201))
+    assert sorted(i["n"] for i in result.items) == list(range(1, pages + 1))
     stats = result.stats
-    assert stats["playwright/page_count"] == 200 and stats["playwright/page_count/closed"] == 200
-    # Eight endpoints and twenty sessions, eight contexts at most: closed to make room, never piled up.
+    assert stats["playwright/page_count"] == pages and stats["playwright/page_count/closed"] == pages
+    # Eight endpoints and the sessions, eight contexts at most: closed to make room, never piled up.
     assert stats["playwright/context_count/max_concurrent"] <= 8
-    assert stats["playwright/context_count"] >= 8 + 20 and stats["polite/playwright/contexts_closed"] >= 20
+    assert stats["playwright/context_count"] >= 8 + sessions and stats["polite/playwright/contexts_closed"] >= sessions
     assert stats["playwright/context_count"] - stats["polite/playwright/contexts_closed"] <= 8
     opened = result.crawler.spider.open_contexts
     assert opened and max(opened) <= 8
