@@ -14,6 +14,7 @@ from scrapy_polite.settings.config import PoliteConfig
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_polite.downloader.response_policy import ResponsePolicy
     from scrapy_polite.gate.local import LocalGate
 
 
@@ -27,6 +28,17 @@ class Runtime:
         self.throttle: Any = None
         self.stats: Any = None
         self.middleware: Any = None
+        self._policy: Any = None
+        self.tiers: Any = None
+
+    @property
+    def policy(self) -> ResponsePolicy:
+        """The ``POLITE_RESPONSE_POLICY`` every component asks what an answer means."""
+        if self._policy is None:
+            from scrapy_polite.downloader.response_policy import load_policy
+
+            self._policy = load_policy(self.crawler, self.config.response_policy)
+        return self._policy
 
     @property
     def gate(self) -> LocalGate:

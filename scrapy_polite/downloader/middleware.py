@@ -27,6 +27,14 @@ from scrapy_polite.downloader import failures, requeue
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.exit_ip import parse_exit_ip
+from scrapy_polite.downloader.response_policy import (
+    BAN,
+    CHALLENGE,
+    PROXY_ERROR,
+    RATE_LIMITED,
+    TARGET_ERROR,
+    Verdict,
+)
 from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.local import Lease
@@ -354,7 +362,6 @@ class PoliteProxyMiddleware:
             return response
         self.gate.release(lease)
         self.playwright.finish(request)
-        ep = lease.endpoint
         status = response.status
         headers = response.headers
         if is_splash(request) and request.meta.get("_splash_processed"):
@@ -370,18 +377,20 @@ class PoliteProxyMiddleware:
                 self._endpoint_failed(lease, answer.reason)
                 return self._requeue(request, "proxy", lease, response=response)
             status, headers = answer.status or status, answer.headers
-        cfg = self.config
-        proxy_side = any(h in headers for h in cfg.proxy_error_headers)
-        retry_after_header = headers.get(b"Retry-After")
-        rate_limited = status in cfg.rate_limit_codes or (
-            status in cfg.retry_after_codes and retry_after_header is not None
-        )
-        if status == 407:
-            self._endpoint_failed(lease, "407 Proxy Authentication Required")
+        verdict = self.runtime.policy.classify(request, response, status=status, headers=headers)
+        return self._answered(request, response, lease, verdict, status, headers)
+
+    def _answered(
+        self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int, headers: Any
+    ) -> Any:
+        """Act on the policy's *verdict*: re-queue, bench, slow down, or pass the answer on."""
+        cfg, ep = self.config, lease.endpoint
+        if verdict.kind == PROXY_ERROR:
+            self._endpoint_failed(lease, verdict.reason)
             return self._requeue(request, "proxy", lease, response=response)
-        if rate_limited:
-            delay = self._cooldown(retry_after_header)
-            if proxy_side:
+        if verdict.kind == RATE_LIMITED:
+            delay = self._cooldown(headers.get(b"Retry-After"))
+            if verdict.proxy_side:
                 self.gate.cool_endpoint(ep.key, None, delay)
             elif self.runtime.throttle is not None:
                 self.runtime.throttle.rate_limited(
@@ -389,12 +398,17 @@ class PoliteProxyMiddleware:
                 )
             else:
                 self.gate.cool_endpoint(ep.key, lease.host, delay)
-            return self._requeue(request, "rate", lease, response=response, delay=delay, proxy_side=proxy_side)
+            return self._requeue(
+                request, "rate", lease, response=response, delay=delay, proxy_side=verdict.proxy_side
+            )
         self.gate.endpoint_ok(ep.key)
         self.evidence.success(ep.key, lease.host)
-        if status in cfg.ban_codes and not proxy_side:
+        if verdict.kind == CHALLENGE:
+            return self._challenged(request, response, lease, verdict)
+        if verdict.kind == BAN:
             self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
             self.stats.inc_value("polite/bans")
+            self._identity_flagged(request, lease, verdict, cfg.ban_duration)
             logger.warning(
                 "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
                 lease.host, status, ep.label, lease.host, cfg.ban_duration,
@@ -402,8 +416,38 @@ class PoliteProxyMiddleware:
             return self._requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
-        self._record(request, lease, response=response)
+        if self.runtime.tiers is not None:
+            self.runtime.tiers.clean(lease.host)
+        self._record(request, lease, response=response, verdict=verdict.kind)
         return response
+
+    def _challenged(self, request: Request, response: Response, lease: Lease, verdict: Verdict) -> Any:
+        """A challenge: bench the endpoint for the host longer than a 429 would, slow the host, re-queue."""
+        cfg, ep = self.config, lease.endpoint
+        self.gate.ban_endpoint(ep.key, lease.host, cfg.challenge_bench)
+        delay = self._cooldown(None)
+        throttle = self.runtime.throttle
+        if throttle is not None:
+            throttle.rate_limited(
+                lease.host, ep, delay, response.status, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at
+            )
+        # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
+        self.gate.pause_host(lease.host, delay)
+        self._identity_flagged(request, lease, verdict, cfg.challenge_bench)
+        logger.warning(
+            "scrapy-polite: %s sent a challenge (%s) to %s; benching it for %s for %.0f s",
+            lease.host, verdict.reason, ep.label, lease.host, cfg.challenge_bench,
+        )
+        self.crawler.signals.send_catch_log(
+            polite_signals.polite_challenge, request=request, response=response, host=lease.host,
+            endpoint=ep.label, session=lease.session, reason=verdict.reason,
+        )
+        return self._requeue(request, "challenge", lease, response=response)
+
+    def _identity_flagged(self, request: Request, lease: Lease, verdict: Verdict, bench: float) -> None:
+        """A challenge or ban marks the identity: the host's tier and the session hear of it."""
+        if self.runtime.tiers is not None:
+            self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
 
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
@@ -535,6 +579,7 @@ class PoliteProxyMiddleware:
             "rate": self.config.rate_retry_times,
             "proxy": self.config.proxy_retry_times,
             "ban": min(2, self.config.proxy_retry_times),
+            "challenge": self.config.challenge_retry_times,
             "timeout": self.config.timeout_retry_times,
         }
         counter = f"polite_{kind}_retries"
@@ -545,6 +590,7 @@ class PoliteProxyMiddleware:
         self._record(
             request, lease, response=response, exception=exception, rate_limited=kind == "rate",
             proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
+            verdict=_REQUEUE_VERDICTS[kind],
         )
         what = status if status is not None else type(exception).__name__
         if decision.verdict in (requeue.DONT_RETRY, requeue.HANDLED):
@@ -648,8 +694,10 @@ class PoliteProxyMiddleware:
         rate_limited: bool = False,
         proxy_side: bool = False,
         gave_up: bool = False,
+        verdict: str = TARGET_ERROR,
     ) -> None:
         exit_ip, source = self.exit_ip(lease, response)
+        tiers = self.runtime.tiers
         self._emit(
             Outcome(
                 time=time.time(),
@@ -668,11 +716,20 @@ class PoliteProxyMiddleware:
                 proxy_side=proxy_side,
                 gave_up=gave_up,
                 render=playwright_support.render_seconds(request),
+                verdict=verdict,
+                tier=tiers.tier_of(lease.endpoint.key) if tiers is not None else None,
+                size=len(response.body) if response is not None else None,
             )
         )
 
     def _emit(self, outcome: Outcome) -> None:
         self.crawler.signals.send_catch_log(polite_signals.outcome_recorded, outcome=outcome)
+
+
+#: The verdict recorded for an attempt re-queued (or given up) as each kind.
+_REQUEUE_VERDICTS = {
+    "rate": RATE_LIMITED, "proxy": PROXY_ERROR, "ban": BAN, "challenge": CHALLENGE, "timeout": TARGET_ERROR,
+}
 
 
 def _failure_outcome(request: Request, exc: Exception, host: str, gave_up: bool) -> Outcome:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Re-queue kinds whose trigger is the site's own answer, which a spider may ask to see.
-SITE_ANSWERS = frozenset({"rate", "ban"})
+SITE_ANSWERS = frozenset({"rate", "ban", "challenge"})
 REQUEUE = "requeue"
 #: Its budget for this kind is spent: given up.
 SPENT = "spent"

@@ -34,10 +34,28 @@ class Outcome:
     gave_up: bool = False
     #: Seconds the attempt spent in the browser (scrapy-playwright), else None.
     render: float | None = None
+    #: The response policy's verdict kind (``ok``, ``rate_limited``, ``challenge``, ``ban``, ...).
+    verdict: str | None = None
+    #: Endpoint tier (0 = cheapest) with ``POLITE_PROXY_TIERS``, else None.
+    tier: int | None = None
+    #: Bytes of the answer's body, when there was one.
+    size: int | None = None
 
     @property
     def success(self) -> bool:
+        if self.verdict is not None:
+            return self.verdict == "ok"
         return self.status is not None and 200 <= self.status < 400 and not self.rate_limited
+
+    @property
+    def ban(self) -> bool:
+        if self.verdict is not None:
+            return self.verdict == "ban"
+        return False
+
+    @property
+    def challenge(self) -> bool:
+        return self.verdict == "challenge"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

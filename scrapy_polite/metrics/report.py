@@ -85,6 +85,10 @@ def label_of(rec: dict[str, Any]) -> str:
 
 
 def is_success(rec: dict[str, Any]) -> bool:
+    verdict = rec.get("verdict")
+    if verdict is not None:
+        # The response policy's verdict, recorded by the crawl.
+        return verdict == "ok"
     status = rec.get("status")
     return isinstance(status, int) and 200 <= status < 400 and not rec.get("rate_limited")
 

@@ -127,7 +127,7 @@ class _Window:
 class _Counts:
     """Attempts, successes and answers of one host or endpoint."""
 
-    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans")
+    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans", "challenges")
 
     def __init__(self) -> None:
         self.statuses: Counter[str] = Counter()
@@ -135,13 +135,15 @@ class _Counts:
         self.total = 0
         self.rate_limited = 0
         self.bans = 0
+        self.challenges = 0
 
-    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool) -> None:
+    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool, challenge: bool = False) -> None:
         self.statuses[label] += 1
         self.total += 1
         self.ok += ok
         self.rate_limited += rate_limited
         self.bans += ban
+        self.challenges += challenge
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -149,6 +151,7 @@ class _Counts:
             "success": self.ok,
             "rate_limited": self.rate_limited,
             "bans": self.bans,
+            "challenges": self.challenges,
             "statuses": dict(self.statuses),
         }
 
@@ -243,6 +246,7 @@ class PoliteStats:
         self.total = 0
         self.rate_limited = 0
         self.bans = 0
+        self.challenges = 0
         self.gave_up = 0
         self._probe_url: str | None = self.config.exit_ip_probe_url
         self._probe_timeout: float = self.config.exit_ip_probe_timeout
@@ -278,11 +282,12 @@ class PoliteStats:
         label = str(outcome.status) if outcome.status is not None else outcome.exception or "unknown"
         ok = outcome.success
         limited = outcome.rate_limited
-        ban = outcome.status in self.config.ban_codes and not outcome.proxy_side and not limited
+        ban, challenge = outcome.ban, outcome.challenge
         self.total += 1
         self.ok += ok
         self.rate_limited += limited
         self.bans += ban
+        self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
         host = _capped(self.hosts, outcome.host, MAX_HOSTS)
         endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
@@ -299,18 +304,26 @@ class PoliteStats:
             inc(f"polite/rate_limited/host/{host}")
             if endpoint:
                 inc(f"polite/rate_limited/endpoint/{endpoint}")
+        if challenge:
+            inc("polite/challenges")
+            inc(f"polite/challenges/host/{host}")
+            if endpoint:
+                inc(f"polite/challenges/endpoint/{endpoint}")
+        if outcome.tier is not None:
+            inc(f"polite/tier/{outcome.tier}/requests")
+            inc(f"polite/tier/{outcome.tier}/bytes", outcome.size or 0)
         if outcome.exception:
             self.exceptions[outcome.exception] += 1
             inc(f"polite/exception/{outcome.exception}")
         h = self.hosts.get(host)
         if h is None:
             h = self.hosts[host] = HostStats(latency=len(self.hosts) < self.config.stats_top)
-        h.add(label, ok, limited, ban)
+        h.add(label, ok, limited, ban, challenge)
         if endpoint:
             e = self.endpoints.get(endpoint)
             if e is None:
                 e = self.endpoints[endpoint] = _Counts()
-            e.add(label, ok, limited, ban)
+            e.add(label, ok, limited, ban, challenge)
         if outcome.exit_ip:
             h.exit_ips[_capped(h.exit_ips, outcome.exit_ip, MAX_EXIT_IPS_PER_HOST)] += 1
             self.exit_ips[_capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
@@ -480,6 +493,7 @@ class PoliteStats:
             "success": self.ok,
             "rate_limited": self.rate_limited,
             "bans": self.bans,
+            "challenges": self.challenges,
             "gave_up": self.gave_up,
             "exceptions": dict(self.exceptions),
             "latency_p50": self.percentile(50),
@@ -687,7 +701,7 @@ def format_summary(s: dict[str, Any]) -> str:
         f"  {s['success']} successful pages of {attempts} attempts in {s.get('elapsed', 0):.1f} s: "
         f"{s['pages_per_min']:.1f} pages/min (last window {s['pages_per_min_window']:.1f}), "
         f"success rate {(s['success_rate'] or 0) * 100:.1f}%",
-        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), 403 bans {s['bans']}, gave up {s['gave_up']}, "
+        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), challenges {s.get('challenges', 0)}, bans {s['bans']}, gave up {s['gave_up']}, "
         f"exceptions: {exc}",
         f"  download latency P50 {sec(s['latency_p50'])} P95 {sec(s['latency_p95'])} "
         f"P99 {sec(s['latency_p99'])}; gate wait P50 {sec(s['wait_p50'])} P95 {sec(s['wait_p95'])}",

@@ -11,9 +11,8 @@ downloader middleware placed before the polite middleware (600 < 650):
   exit-IP probes all pass through it again, so nothing reaches the site
   uncounted. Once the allowance is spent, the spider closes as soon as the
   admitted requests have been sent (or after a short grace);
-- the first ban answer, classified as the package's stats classify it
-  (a status in ``POLITE_BAN_CODES``, not a rate signal, not from the
-  proxy), stops the trial at once: no further request is admitted, the
+- the first ban or challenge, as the response policy (``POLITE_RESPONSE_POLICY``)
+  judged the answer, stops the trial at once: no further request is admitted, the
   requests waiting at the gate are dropped, and the spider closes;
 - at the end it writes a JSON result: what was admitted and sent, the
   package's own numbers (:meth:`scrapy_polite.metrics.stats.PoliteStats.summary`),
@@ -96,7 +95,6 @@ class TrialGuard:
         self._opened_at = time.time()
         rt = get_runtime(crawler)
         self.runtime = rt
-        self.ban_codes = rt.config.ban_codes
         # Requests admitted but still waiting at the gate get this long to be sent.
         self.grace = max(5.0, 2 * rt.config.delay[1])
         crawler.signals.connect(self._outcome, signal=polite_signals.outcome_recorded)
@@ -137,10 +135,10 @@ class TrialGuard:
             self.paced_attempts += 1
             self.paced_rate_limited += outcome.rate_limited
         self.statuses[str(outcome.status) if outcome.status is not None else outcome.exception or "?"] += 1
-        ban = outcome.status in self.ban_codes and not outcome.proxy_side and not outcome.rate_limited
-        if ban and self.first_ban is None:
+        # The response policy's verdict: a challenge is as much a sign of blocking as a ban.
+        if (outcome.ban or outcome.challenge) and self.first_ban is None:
             self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
-                              "time": outcome.time}
+                              "time": outcome.time, "verdict": outcome.verdict}
             self.stop_reason = "blocked"
             logger.warning(
                 "scrapy-polite tune: %s answered %s via %s; stopping this trial (first sign of blocking)",
@@ -182,7 +180,7 @@ class TrialGuard:
         # Successful pages/min from the spider's start to its last answer: the
         # wind-down after the allowance is spent is not part of the measure.
         end = self.last_answer if self.last_answer is not None else time.time()
-        keep = ("success", "rate_limited", "bans", "gave_up", "exceptions", "latency_p50",
+        keep = ("success", "rate_limited", "bans", "challenges", "gave_up", "exceptions", "latency_p50",
                 "latency_p95", "latency_p99", "pages_per_min", "elapsed", "exit_ips")
         cfg = self.runtime.config
         result = {
