@@ -44,6 +44,15 @@ class Runtime:
     def gate(self) -> LocalGate:
         if self._gate is None:
             self._gate = _build_gate(self.config)
+            if self.config.endpoint_tiers:
+                from scrapy_polite.pool.tiers import TierLadder
+
+                cfg = self.config
+                self.tiers = TierLadder(
+                    cfg.endpoint_tiers, escalate_after=cfg.tier_escalate_after, cooldown=cfg.tier_cooldown,
+                    max_hosts=cfg.host_memory,
+                )
+                self._gate.eligible = self.tiers.eligible
         return self._gate
 
 

@@ -39,6 +39,7 @@ from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.errors import NoUsableEndpoints, PoliteConfigError, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.local import Lease
 from scrapy_polite.metrics.outcome import Outcome
+from scrapy_polite.pool.sessions import SessionIdentities
 from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
@@ -79,6 +80,9 @@ class PoliteProxyMiddleware:
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
         )
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
+        self.identities = SessionIdentities(self.config.session_max_requests, self.config.session_max_age)
+        if rt.tiers is not None:
+            rt.tiers.on_move = self._tier_moved
         rt.middleware = self
         self.gate._on_stalled = self._stalled
         self.gate._on_all_unusable = self._all_unusable
@@ -306,9 +310,7 @@ class PoliteProxyMiddleware:
                 return None
         session = meta.get("polite_session")
         if session is not None:
-            session = str(session)
-            if self.config.session_cookiejar and "cookiejar" not in meta:
-                meta["cookiejar"] = f"polite:{session}"
+            session = self._session_identity(str(session), meta)
         host = self.host_key(request)
         not_before = meta.pop(NOT_BEFORE_KEY, 0.0)
         if not_before:
@@ -416,8 +418,6 @@ class PoliteProxyMiddleware:
             return self._requeue(request, "ban", lease, response=response)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
-        if self.runtime.tiers is not None:
-            self.runtime.tiers.clean(lease.host)
         self._record(request, lease, response=response, verdict=verdict.kind)
         return response
 
@@ -448,6 +448,35 @@ class PoliteProxyMiddleware:
         """A challenge or ban marks the identity: the host's tier and the session hear of it."""
         if self.runtime.tiers is not None:
             self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
+        session = request.meta.get("polite_session")
+        if session is not None:
+            self.identities.retire(str(session))
+            self._session_retired(str(session), lease.endpoint.label, f"{verdict.kind}: {verdict.reason}")
+
+    def _session_identity(self, session: str, meta: Any) -> str:
+        """The gate key of *session*'s current identity; its cookie jar goes with it."""
+        key, retired = self.identities.identity(session)
+        if retired is not None:
+            self._session_retired(session, meta.get("polite_endpoint"), retired)
+        jar = meta.get("cookiejar")
+        own_jar = isinstance(jar, str) and (jar == f"polite:{session}" or jar.startswith(f"polite:{session}#"))
+        if self.config.session_cookiejar and (jar is None or own_jar):
+            meta["cookiejar"] = f"polite:{key}"
+        return key
+
+    def _session_retired(self, session: str, endpoint: str | None, reason: str) -> None:
+        self.stats.inc_value("polite/sessions/retired")
+        logger.info("scrapy-polite: session %r retired (%s); its next request gets a new identity", session, reason)
+        self.crawler.signals.send_catch_log(
+            polite_signals.session_retired, session=session, endpoint=endpoint, reason=reason
+        )
+
+    def _tier_moved(self, host: str, old: int, new: int, way: str) -> None:
+        self.stats.inc_value(f"polite/tier/moves/{way}")
+        logger.warning(
+            "scrapy-polite: %s moves from proxy tier %d to tier %d (%s)", host, old, new,
+            "challenges or bans on its tier" if way == "up" else "a clean window",
+        )
 
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)

@@ -259,6 +259,8 @@ class LocalGate:
         self._load_listeners: list[Callable[[str, int], None]] = []
         self._evict_hooks: list[Callable[[str], None]] = []
         self._dropped = 0  # hosts and sessions dropped since the tables were last compacted
+        #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
+        self.eligible: Callable[[str, str], bool] | None = None
         self.set_endpoints(endpoints)
 
     # -- inspection -----------------------------------------------------
@@ -776,9 +778,10 @@ class LocalGate:
             ready = self._ready_at(st, waiter.host, h, now)
             return (st, 0.0) if ready <= now else (None, ready)
         wake = float("inf")
+        eligible = self.eligible if waiter.endpoint is None else None
         for key in self._idle if waiter.endpoint is None else [waiter.endpoint]:
             st = self._endpoints.get(key)
-            if st is None or key not in self._idle:
+            if st is None or key not in self._idle or (eligible is not None and not eligible(waiter.host, key)):
                 continue
             ready = self._ready_at(st, waiter.host, h, now)
             if ready <= now:
@@ -801,7 +804,7 @@ class LocalGate:
         best: tuple[int, float, float] | None = None
         best_key = None
         for key, st in self._endpoints.items():
-            if not self.endpoint_usable(st):
+            if not self.endpoint_usable(st) or (self.eligible is not None and not self.eligible(host, key)):
                 continue
             pair = self._pairs.get((key, host))
             if pair is not None and pair.banned_until > now:

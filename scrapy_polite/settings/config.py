@@ -91,6 +91,8 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_PROXY_TIERS": [],
     "POLITE_TIER_ESCALATE_AFTER": 3,
     "POLITE_TIER_COOLDOWN": 600.0,
+    "POLITE_SESSION_MAX_REQUESTS": None,
+    "POLITE_SESSION_MAX_AGE": None,
 }
 
 #: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
@@ -207,6 +209,8 @@ class PoliteConfig:
     endpoint_tiers: dict[str, int] = field(default_factory=dict, repr=False)
     tier_escalate_after: int = 3
     tier_cooldown: float = 600.0
+    session_max_requests: int | None = None
+    session_max_age: float | None = None
     #: Per slot/host key, from Scrapy's ``DOWNLOAD_SLOTS``: they win over the POLITE_* defaults.
     host_overrides: dict[str, HostLimits] = field(default_factory=dict)
 
@@ -299,6 +303,8 @@ class PoliteConfig:
             proxy_tiers=r.proxy_tiers("POLITE_PROXY_TIERS"),
             tier_escalate_after=r.int("POLITE_TIER_ESCALATE_AFTER", minimum=1),
             tier_cooldown=r.float("POLITE_TIER_COOLDOWN", minimum=0.0, maximum=MAX_SECONDS),
+            session_max_requests=r.optional_int("POLITE_SESSION_MAX_REQUESTS", minimum=1),
+            session_max_age=r.optional_float("POLITE_SESSION_MAX_AGE", minimum=0.1),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()

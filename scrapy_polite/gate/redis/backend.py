@@ -243,6 +243,8 @@ class RedisGate:
         # a Redis restart that loses its data cannot make this process send early.
         self._spacing: dict[tuple[str, str], float] = {}
         self._spacing_due: list[tuple[float, str, str]] = []  # heap of (until, endpoint key, host)
+        #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
+        self.eligible: Callable[[str, str], bool] | None = None
         # Hosts and sessions with nothing in flight and nobody waiting, oldest first, with
         # when they went idle: evicted after idle_keep, a few per call and on each renewal.
         self._idle_hosts: OrderedDict[str, float] = OrderedDict()
@@ -776,7 +778,8 @@ class RedisGate:
                 continue
             # Dead endpoints stay on offer: one probe per longest backoff (the script decides).
             if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
-                    and self._spacing.get((key, host), 0.0) <= now):
+                    and self._spacing.get((key, host), 0.0) <= now
+                    and (only is not None or self.eligible is None or self.eligible(host, key))):
                 out.append(self._ids[key])
                 if len(out) >= CANDIDATES:
                     break
@@ -795,7 +798,10 @@ class RedisGate:
                     return "session_wait", ready - self._clock()
             # Every usable endpoint, this process's pin first: the script can repin
             # (or tell a pin to an endpoint this process lacks) without another trip.
-            usable = [k for k, st in self._endpoints.items() if self.endpoint_usable(st) and k != pinned]
+            usable = [
+                k for k, st in self._endpoints.items()
+                if self.endpoint_usable(st) and k != pinned and (self.eligible is None or self.eligible(host, k))
+            ]
             if pinned is not None and pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned]):
                 usable.insert(0, pinned)
             hint = self._ids[usable[0]] if usable and usable[0] == pinned else ""

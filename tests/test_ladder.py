@@ -1,0 +1,98 @@
+"""The escalation ladder: challenges, their bench, and tiered pools, judged from the site's access log."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest_twisted
+from conftest import crawl
+from example_project.spiders.catalogue import CatalogueSpider
+from logcheck import items_fetched
+from test_stats import read_jsonl
+
+from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+from scrapy_polite.sandbox.proxy import nth_address
+
+
+def exit_ips(n: int) -> list[str]:
+    """The exit IPs of the first *n* sandbox proxies, known before the sandbox starts."""
+    return [nth_address(ProxyConfig().first_source, i) for i in range(n)]
+
+
+def ladder_site(**kw) -> SiteConfig:
+    kw.setdefault("name", "a")
+    kw.setdefault("latency", [0.01, 0.03])
+    return SiteConfig(**kw)
+
+
+def challenges(log: list[dict], site: str = "a") -> list[dict]:
+    return [e for e in log if e["site"] == site and e.get("challenge")]
+
+
+def pages(log: list[dict], site: str = "a") -> list[dict]:
+    return [e for e in log if e["site"] == site and e["status"] == 200 and not e.get("challenge")]
+
+
+FAST = {"POLITE_DELAY": (0.2, 0.3), "POLITE_COOLDOWN": (0.3, 0.5)}
+
+
+@pytest_twisted.ensureDeferred
+async def test_challenges_are_never_pages_and_bench_the_ip_for_the_host(sandbox, tmp_path) -> None:
+    burned = exit_ips(1)[0]
+    sb = sandbox(SandboxConfig(sites=[ladder_site(pages=30, flag_time=60.0, flagged_ips=[burned])],
+                               proxies=ProxyConfig(count=3)))
+    assert sb.proxy_exit_ips[0] == burned
+    jsonl = tmp_path / "s.jsonl"
+    bench = 2.0
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_CHALLENGE_BENCH": bench,
+                                           "POLITE_STATS_JSONL": str(jsonl), **FAST}, start_url=sb.site_url("a"))
+    log = sb.log()
+    seen = challenges(log)
+    assert seen and {e["ip"] for e in seen} == {burned}
+    assert {e["status"] for e in seen} <= {200, 403}
+    # Every item once, from a real page; the challenge pages are not pages.
+    fetched = items_fetched([e for e in log if not e.get("challenge")])
+    assert sorted(fetched) == list(range(1, 31)) and set(fetched.values()) == {1}
+    assert result.stats["polite/success"] == len(pages(log))
+    assert result.stats["polite/challenges"] == len(seen)
+    assert result.stats[f"polite/challenges/host/{sb.site_url('a').split('//')[1].split(':')[0]}"] == len(seen)
+    assert sum(v for k, v in result.stats.items() if k.startswith("polite/challenges/endpoint/")) == len(seen)
+    records = read_jsonl(jsonl)
+    assert sum(r["verdict"] == "challenge" for r in records) == len(seen)
+    assert sum(r["verdict"] == "ok" for r in records) == len(pages(log))
+    # After each challenge the IP is left alone on that host for the bench time.
+    by_ip = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        by_ip[e["ip"]].append(e)
+    gaps = [b["t_start"] - a["t_end"] for a, b in zip(by_ip[burned], by_ip[burned][1:]) if a.get("challenge")]
+    assert all(g >= bench - 0.05 for g in gaps), gaps
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_whose_cheap_tier_is_burned_finishes_on_the_expensive_one_and_comes_back(sandbox) -> None:
+    cheap_ips = exit_ips(2)
+    sb = sandbox(SandboxConfig(sites=[ladder_site(pages=40, flagged_ips=cheap_ips, flag_time=2.5)],
+                               proxies=ProxyConfig(count=4)))
+    cheap, expensive = sb.proxy_urls[:2], sb.proxy_urls[2:]
+    assert sb.proxy_exit_ips[:2] == cheap_ips
+    result = await crawl(CatalogueSpider, {
+        "POLITE_PROXY_TIERS": [cheap, expensive], "POLITE_CHALLENGE_BENCH": 2.5,
+        "POLITE_TIER_ESCALATE_AFTER": 2, "POLITE_TIER_COOLDOWN": 2.0, "POLITE_DELAY": (0.3, 0.4),
+        "POLITE_COOLDOWN": (0.3, 0.5),
+    }, start_url=sb.site_url("a"))
+    log = sorted(sb.log(), key=lambda e: e["t_start"])
+    fetched = items_fetched([e for e in log if not e.get("challenge")])
+    assert sorted(fetched) == list(range(1, 41))
+    first_expensive = next(e for e in log if e["ip"] not in cheap_ips)
+    # The host starts on the cheap tier, and leaves it only after challenges there.
+    before = [e for e in log if e["t_start"] < first_expensive["t_start"]]
+    assert before and all(e["ip"] in cheap_ips for e in before) and any(e.get("challenge") for e in before)
+    # Pages were served through the expensive tier ...
+    assert any(e["ip"] not in cheap_ips for e in pages(log))
+    # ... and, once the cheap tier cooled, through the cheap one again.
+    back = [e for e in pages(log) if e["ip"] in cheap_ips and e["t_start"] > first_expensive["t_start"]]
+    assert back, "the host never returned to the cheap tier"
+    assert not challenges([e for e in log if e["ip"] not in cheap_ips])
+    assert result.stats["polite/tier/moves/up"] >= 1 and result.stats["polite/tier/moves/down"] >= 1
+    assert result.stats["polite/tier/1/requests"] == sum(e["ip"] not in cheap_ips for e in log)
+    assert result.stats["polite/tier/1/bytes"] > 0
