@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import pytest_twisted
@@ -10,6 +11,8 @@ from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import items_fetched
 from test_stats import read_jsonl
 
+from scrapy_polite.downloader.response_policy import ResponsePolicy, Verdict
+from scrapy_polite.metrics.report import build, render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.sandbox.proxy import nth_address
 
@@ -96,3 +99,40 @@ async def test_a_host_whose_cheap_tier_is_burned_finishes_on_the_expensive_one_a
     assert result.stats["polite/tier/moves/up"] >= 1 and result.stats["polite/tier/moves/down"] >= 1
     assert result.stats["polite/tier/1/requests"] == sum(e["ip"] not in cheap_ips for e in log)
     assert result.stats["polite/tier/1/bytes"] > 0
+
+
+class BodyPolicy(ResponsePolicy):
+    """A site's own trap page: item 5 is a challenge, whatever its status says."""
+
+    def classify(self, request, response, **kw) -> Verdict:
+        if b'<span class="id">5</span>' in response.body:
+            return Verdict("challenge", "trap page")
+        return super().classify(request, response, **kw)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_custom_policy_is_honoured_by_stats_tune_and_report(sandbox, tmp_path) -> None:
+    sb = sandbox(SandboxConfig(sites=[ladder_site(pages=12)], proxies=ProxyConfig(count=3)))
+    jsonl = tmp_path / "s.jsonl"
+    settings = {"POLITE_PROXIES": sb.proxy_urls, "POLITE_RESPONSE_POLICY": "test_ladder.BodyPolicy",
+                "POLITE_CHALLENGE_RETRY_TIMES": 1, "POLITE_CHALLENGE_BENCH": 1.0, **FAST}
+    result = await crawl(CatalogueSpider, {**settings, "POLITE_STATS_JSONL": str(jsonl)}, start_url=sb.site_url("a"))
+    log = sb.log()
+    trap = [e for e in log if e["path"] == "/item/5"]
+    assert len(trap) == 2 and len({e["ip"] for e in trap}) == 2  # re-queued once, through another endpoint
+    answered = [e for e in log if e["status"] == 200]
+    assert result.stats["polite/challenges"] == 2
+    assert result.stats["polite/success"] == len(answered) - 2
+    assert result.stats["polite/gave_up/challenge"] == 1
+    data = build([jsonl])
+    assert data.challenges == 2 and data.ok == len(answered) - 2
+    assert "Escalation ladder" in render(data, "t", ["s.jsonl"], 10)
+    # A tune trial stops at the first answer the policy calls a challenge.
+    trial = tmp_path / "trial.json"
+    sb2 = sandbox(SandboxConfig(sites=[ladder_site(pages=12)], proxies=ProxyConfig(count=3)))
+    await crawl(CatalogueSpider, {**settings, "POLITE_TUNE_TRIAL_FILE": str(trial), "POLITE_TUNE_TRIAL_REQUESTS": 100},
+                start_url=sb2.site_url("a"))
+    out = json.loads(trial.read_text())
+    assert out["stopped"] == "blocked" and out["first_ban"]["verdict"] == "challenge"
+    assert out["first_ban"]["url"].endswith("/item/5")
+    assert out["summary"]["challenges"] == 1
