@@ -11,6 +11,7 @@ from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import items_fetched
 from test_stats import read_jsonl
 
+from scrapy_polite import ChallengeDetected
 from scrapy_polite.downloader.response_policy import ResponsePolicy, Verdict
 from scrapy_polite.metrics.report import build, render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -136,3 +137,30 @@ async def test_a_custom_policy_is_honoured_by_stats_tune_and_report(sandbox, tmp
     assert out["stopped"] == "blocked" and out["first_ban"]["verdict"] == "challenge"
     assert out["first_ban"]["url"].endswith("/item/5")
     assert out["summary"]["challenges"] == 1
+
+
+class MarkingSpider(CatalogueSpider):
+    """Item 3 looks fine to the site, but the spider knows its first answer is a decoy."""
+
+    name = "marking"
+
+    def parse_page(self, response):
+        if response.url.endswith("/item/3") and not response.meta.get("polite_challenge_retries"):
+            raise ChallengeDetected(response, "decoy page")
+        yield from super().parse_page(response)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_page_the_spider_marks_as_a_challenge_is_requeued_like_one(sandbox, tmp_path) -> None:
+    sb = sandbox(SandboxConfig(sites=[ladder_site(pages=10)], proxies=ProxyConfig(count=3)))
+    jsonl = tmp_path / "s.jsonl"
+    result = await crawl(MarkingSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_CHALLENGE_BENCH": 30.0,
+                                         "POLITE_STATS_JSONL": str(jsonl), **FAST}, start_url=sb.site_url("a"))
+    log = sorted(sb.log(), key=lambda e: e["t_start"])
+    decoy = [e for e in log if e["path"] == "/item/3"]
+    assert len(decoy) == 2 and decoy[0]["ip"] != decoy[1]["ip"]
+    assert not [e for e in log if e["ip"] == decoy[0]["ip"] and e["t_start"] > decoy[0]["t_end"]]
+    assert sorted(i["id"] for i in result.items) == list(range(1, 11))
+    assert result.stats["polite/challenges"] == 1
+    assert result.stats["polite/success"] == sum(e["status"] == 200 for e in log) - 1
+    assert build([jsonl]).ok == result.stats["polite/success"]

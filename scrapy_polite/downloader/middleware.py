@@ -53,6 +53,8 @@ LEASE_KEY = "_polite_lease"
 #: The ``meta['proxy']`` the package itself set, so that a retry is not taken for a user's choice.
 OWN_PROXY_KEY = "_polite_proxy"
 NOT_BEFORE_KEY = "_polite_not_before"
+#: Set on a request whose page the spider marked: its next record revises the one that counted it as a page.
+REVISES_KEY = "_polite_revises"
 
 
 def is_splash(request: Request) -> bool:
@@ -386,7 +388,7 @@ class PoliteProxyMiddleware:
         self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int, headers: Any
     ) -> Any:
         """Act on the policy's *verdict*: re-queue, bench, slow down, or pass the answer on."""
-        cfg, ep = self.config, lease.endpoint
+        ep = lease.endpoint
         if verdict.kind == PROXY_ERROR:
             self._endpoint_failed(lease, verdict.reason)
             return self._requeue(request, "proxy", lease, response=response)
@@ -408,18 +410,39 @@ class PoliteProxyMiddleware:
         if verdict.kind == CHALLENGE:
             return self._challenged(request, response, lease, verdict)
         if verdict.kind == BAN:
-            self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
-            self.stats.inc_value("polite/bans")
-            self._identity_flagged(request, lease, verdict, cfg.ban_duration)
-            logger.warning(
-                "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
-                lease.host, status, ep.label, lease.host, cfg.ban_duration,
-            )
-            return self._requeue(request, "ban", lease, response=response)
+            return self._banned(request, response, lease, verdict, status)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
         self._record(request, lease, response=response, verdict=verdict.kind)
         return response
+
+    def _banned(self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int) -> Any:
+        cfg, ep = self.config, lease.endpoint
+        self.gate.ban_endpoint(ep.key, lease.host, cfg.ban_duration)
+        self.stats.inc_value("polite/bans")
+        self._identity_flagged(request, lease, verdict, cfg.ban_duration)
+        logger.warning(
+            "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
+            lease.host, status, ep.label, lease.host, cfg.ban_duration,
+        )
+        return self._requeue(request, "ban", lease, response=response)
+
+    def marked(self, response: Response, kind: str, reason: str) -> list[Request]:
+        """A page the spider's callback marked as a challenge or ban, after the fact: re-queued like one.
+
+        Its first record counted it as a page; the one recorded now revises it.
+        """
+        request = response.request
+        lease: Lease | None = request.meta.get(LEASE_KEY) if request is not None else None
+        if request is None or lease is None:
+            return []
+        request.meta[REVISES_KEY] = True
+        verdict = Verdict(kind, reason)
+        if kind == BAN:
+            new = self._banned(request, response, lease, verdict, response.status)
+        else:
+            new = self._challenged(request, response, lease, verdict)
+        return [new] if new is not None and new is not response else []
 
     def _challenged(self, request: Request, response: Response, lease: Lease, verdict: Verdict) -> Any:
         """A challenge: bench the endpoint for the host longer than a 429 would, slow the host, re-queue."""
@@ -748,6 +771,7 @@ class PoliteProxyMiddleware:
                 verdict=verdict,
                 tier=tiers.tier_of(lease.endpoint.key) if tiers is not None else None,
                 size=len(response.body) if response is not None else None,
+                revises=bool(request.meta.pop(REVISES_KEY, False)),
             )
         )
 

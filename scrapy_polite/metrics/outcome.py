@@ -40,6 +40,8 @@ class Outcome:
     tier: int | None = None
     #: Bytes of the answer's body, when there was one.
     size: int | None = None
+    #: This record replaces the attempt's earlier one, which counted it as a page (the spider marked it).
+    revises: bool = False
 
     @property
     def success(self) -> bool:

@@ -311,6 +311,8 @@ class ReportData:
                 self.add_throttle(rec)
             return  # other events: not attempts
         t = float(rec["time"])
+        if rec.get("revises"):
+            self._unrecord_page(rec)
         ok = is_success(rec)
         limited = bool(rec.get("rate_limited"))
         label = label_of(rec)
@@ -352,6 +354,14 @@ class ReportData:
         if rec.get("exit_ip"):
             _bump(self.exit_ips, str(rec["exit_ip"]))
         self.exit_ip_sources[str(rec.get("exit_ip_source") or "unknown")] += 1
+
+    def _unrecord_page(self, rec: dict[str, Any]) -> None:
+        """The spider marked a page after the fact: the attempt's first record no longer counts as one."""
+        self.records -= 1
+        self.ok -= 1
+        g = self._host(str(rec.get("host") or "?"))
+        g.ok -= 1
+        g.statuses[label_of(rec)] -= 1
 
     def add_throttle(self, rec: dict[str, Any]) -> None:
         """A throttle event line: what the throttle changed for its host, and on what evidence."""

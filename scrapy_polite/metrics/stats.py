@@ -283,6 +283,8 @@ class PoliteStats:
         ok = outcome.success
         limited = outcome.rate_limited
         ban, challenge = outcome.ban, outcome.challenge
+        if outcome.revises:
+            self._unrecord_page(outcome)
         self.total += 1
         self.ok += ok
         self.rate_limited += limited
@@ -345,6 +347,22 @@ class PoliteStats:
                 self._prom_endpoints.add(pe)
             self._prom.observe(outcome, label, ph, pe, _distinct(h.exit_ips))
             self._prom.set_rates(*self.pages_per_min(outcome.time))
+
+    def _unrecord_page(self, outcome: Outcome) -> None:
+        """Take back the page the attempt's first record counted (its status, ok, attempt)."""
+        label = str(outcome.status) if outcome.status is not None else "unknown"
+        self.total -= 1
+        self.ok -= 1
+        inc = self.stats.inc_value
+        inc("polite/attempts", -1)
+        inc("polite/success", -1)
+        inc(f"polite/status/{label}", -1)
+        for table, key in ((self.hosts, outcome.host), (self.endpoints, outcome.endpoint)):
+            counts = table.get(key) if key else None
+            if counts is not None:
+                counts.total -= 1
+                counts.ok -= 1
+                counts.statuses[label] -= 1
 
     def _gave_up(self, request: Any = None, reason: str = "") -> None:
         self.gave_up += 1
