@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 from collections import defaultdict
 
+import pytest
 import pytest_twisted
 from conftest import crawl
 from example_project.spiders.catalogue import CatalogueSpider
@@ -40,6 +43,7 @@ def pages(log: list[dict], site: str = "a") -> list[dict]:
 FAST = {"POLITE_DELAY": (0.2, 0.3), "POLITE_COOLDOWN": (0.3, 0.5)}
 
 
+@pytest.mark.timing
 @pytest_twisted.ensureDeferred
 async def test_challenges_are_never_pages_and_bench_the_ip_for_the_host(sandbox, tmp_path) -> None:
     burned = exit_ips(1)[0]
@@ -164,3 +168,23 @@ async def test_a_page_the_spider_marks_as_a_challenge_is_requeued_like_one(sandb
     assert result.stats["polite/challenges"] == 1
     assert result.stats["polite/success"] == sum(e["status"] == 200 for e in log) - 1
     assert build([jsonl]).ok == result.stats["polite/success"]
+
+
+@pytest.mark.once
+def test_the_sandbox_site_climbs_the_ladder_for_a_client_ignoring_its_429s(sandbox) -> None:
+    cfg = SandboxConfig(sites=[ladder_site(per_ip_rate=1.0, retry_after=5.0, challenge_after=2, strikes_to_block=6)])
+    assert SandboxConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    sb = sandbox(cfg)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    answers = []
+    for _ in range(9):
+        try:
+            with opener.open(sb.site_url("a") + "/item/1", timeout=5) as r:
+                answers.append((r.status, r.headers.get("cf-mitigated"), b"verify you are human" in r.read()))
+        except urllib.error.HTTPError as e:
+            answers.append((e.code, e.headers.get("cf-mitigated"), b"verify you are human" in e.read()))
+    assert [a[0] for a in answers] == [200, 429, 429, 200, 403, 200, 403, 403, 403]
+    assert answers[3][2] and answers[4][1] == "challenge" and answers[5][2] and answers[6][1] == "challenge"
+    assert not answers[0][2] and answers[7][1] is None and not answers[7][2]  # then blocked
+    log = sb.log()
+    assert [e["challenge"] for e in log] == [False] * 3 + [True] * 4 + [False] * 2
