@@ -282,6 +282,7 @@ class Site:
                     "sid": sid,
                     "user": reply.user if reply is not None else None,
                     "challenge": reply.challenge if reply is not None else False,
+                    "blocked": st.blocked,
                 }
             )
         return keep
