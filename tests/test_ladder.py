@@ -10,11 +10,13 @@ from collections import defaultdict
 import pytest
 import pytest_twisted
 from conftest import crawl
+from example_project.spiders.accounts import AccountsSpider
 from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import items_fetched
 from test_stats import read_jsonl
 
 from scrapy_polite import ChallengeDetected
+from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.response_policy import ResponsePolicy, Verdict
 from scrapy_polite.metrics.report import build, render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -188,3 +190,40 @@ def test_the_sandbox_site_climbs_the_ladder_for_a_client_ignoring_its_429s(sandb
     assert not answers[0][2] and answers[7][1] is None and not answers[7][2]  # then blocked
     log = sb.log()
     assert [e["challenge"] for e in log] == [False] * 3 + [True] * 4 + [False] * 2
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_challenged_session_is_retired_and_its_flow_restarts_on_a_new_identity(sandbox) -> None:
+    burned = exit_ips(1)[0]
+    sb = sandbox(SandboxConfig(sites=[ladder_site(flagged_ips=[burned], flag_time=60.0)],
+                               proxies=ProxyConfig(count=3, gateway=False)))
+    retired: list[dict] = []
+    seen: list[dict] = []
+
+    def on_retired(**kw) -> None:
+        retired.append(kw)
+
+    def on_challenge(**kw) -> None:
+        seen.append(kw)
+
+    def connect(crawler) -> None:
+        crawler.signals.connect(on_retired, signal=polite_signals.session_retired)
+        crawler.signals.connect(on_challenge, signal=polite_signals.polite_challenge)
+
+    result = await crawl(AccountsSpider, {"POLITE_PROXIES": sb.proxy_urls, **FAST}, connect,
+                         start_url=sb.site_url("a"), users="6")
+    log = sb.log()
+    assert challenges(log) and len(seen) == len(challenges(log))
+    assert sorted(i["user"] for i in result.items) == [f"user{i}" for i in range(6)]
+    assert all(i["status"] == 200 for i in result.items)
+    # Each challenged session was retired and reported, and finished its flow on one other IP.
+    assert {r["session"] for r in retired} == {s["session"] for s in seen} != set()
+    assert result.stats["polite/sessions/retired"] == len(retired)
+    steps = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        if e.get("user"):
+            steps[e["user"]].append((e["path"].split("?")[0], e["ip"]))
+    for user, flow in steps.items():
+        assert [p for p, _ in flow] == ["/login", "/account", "/account/orders"], (user, flow)
+        assert len({ip for _, ip in flow}) == 1 and flow[0][1] != burned
+    assert sum(e["status"] == 409 for e in log) == 0

@@ -763,6 +763,14 @@ class LocalGate:
             s = self._sessions[waiter.session]
             if s.busy or not s.queue or s.queue[0] is not waiter:
                 return None, float("inf")
+            pair = self._pairs.get((s.endpoint_key, waiter.host)) if s.endpoint_key is not None else None
+            if pair is not None and pair.banned_until > now:
+                # Its identity is burned for this host (a ban or challenge): the session starts on a new one.
+                old = self._endpoints[s.endpoint_key]
+                old.sessions -= 1
+                s.endpoint_key = None
+                if self._on_session_repinned is not None:
+                    self._on_session_repinned(s.key, old.endpoint.label, f"benched for {waiter.host}")
             if s.endpoint_key is None:
                 key = self._choose_for_session(waiter.host, now)
                 if key is None:
