@@ -36,7 +36,7 @@ CLIENTS = ("scrapy-defaults", "scrapy-autothrottle", "scrapy-rotating-proxies", 
 
 def scenarios(quick: bool) -> list[Scenario]:
     pages = 80 if quick else 300
-    burned = [nth_address(ProxyConfig().first_source, i) for i in (0, 1)]
+    burned = [nth_address(ProxyConfig().first_source, i) for i in (2, 3)]
     site = SiteConfig(name="a", pages=pages, per_ip_rate=1.0, per_ip_burst=1, retry_after=3.0,
                       challenge_after=2, strikes_to_block=6, flagged_ips=burned, flag_time=20.0,
                       latency=[0.01, 0.05])

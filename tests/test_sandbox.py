@@ -48,6 +48,8 @@ LOG_FIELDS = {
     "inflight_host",
     "sid",
     "user",
+    "challenge",
+    "blocked",
 }
 
 
