@@ -50,7 +50,7 @@ def scenarios(quick: bool) -> list[Scenario]:
                  **common),
         Scenario("ladder-tiers", f"the same site; the package with {CHEAP} cheap proxies and "
                  f"{PROXIES - CHEAP} expensive ones (POLITE_PROXY_TIERS)", cheap_tier=CHEAP,
-                 polite_settings={"POLITE_TIER_ESCALATE_AFTER": 2, "POLITE_TIER_COOLDOWN": 10.0}, **common),
+                 polite_settings={"POLITE_TIER_ESCALATE_AFTER": 2, "POLITE_TIER_COOLDOWN": 20.0}, **common),
     ]
 
 
