@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 from run import rotating_proxies_problem, run_one  # noqa: E402
 from scenarios import Scenario, _catalogue_pages  # noqa: E402
 
-from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig  # noqa: E402
+from scrapy_polite.sandbox import SCENARIOS, ProxyConfig  # noqa: E402
 from scrapy_polite.sandbox.client import read_access_log  # noqa: E402
 from scrapy_polite.sandbox.proxy import nth_address  # noqa: E402
 
@@ -36,12 +36,11 @@ CLIENTS = ("scrapy-defaults", "scrapy-autothrottle", "scrapy-rotating-proxies", 
 
 def scenarios(quick: bool) -> list[Scenario]:
     pages = 80 if quick else 300
-    burned = [nth_address(ProxyConfig().first_source, i) for i in (2, 3)]
-    site = SiteConfig(name="a", pages=pages, per_ip_rate=1.0, per_ip_burst=1, retry_after=3.0,
-                      challenge_after=2, strikes_to_block=6, flagged_ips=burned, flag_time=20.0,
-                      latency=[0.01, 0.05])
+    config = SCENARIOS["ladder"]()
+    config.sites[0].pages = pages
+    config.sites[0].flag_time = 20.0
     common: dict[str, Any] = {
-        "config": SandboxConfig(sites=[site], proxies=ProxyConfig(count=PROXIES, gateway=False)),
+        "config": config,
         "time_limit": 30 if quick else 120, "page_budget": _catalogue_pages(pages),
         "limit_note": f"{PROXIES} proxies x 1 req/s", "limit_steps": [(0.0, float(PROXIES))],
     }
