@@ -54,6 +54,8 @@ def test_default_policy_keeps_the_status_rules_and_adds_challenges() -> None:
     assert kind(p, answer(403, b'<div class="g-recaptcha"></div>')) == "challenge"
     # A login page with a reCAPTCHA widget is a page, not a challenge.
     assert kind(p, answer(200, b'<form><div class="g-recaptcha"></div></form>')) == "ok"
+    assert kind(p, answer(200, b'<script src="/_Incapsula_Resource?SWJIYLWA=1"></script>')) == "ok"
+    assert kind(p, answer(403, b'<iframe src="/_Incapsula_Resource?CWUDNSAI=2"></iframe>')) == "challenge"
     assert kind(p, answer(200, **{"cf-mitigated": "other"})) == "ok"
 
 

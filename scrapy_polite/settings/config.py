@@ -83,8 +83,10 @@ DEFAULTS: dict[str, Any] = {
         {"header": "cf-mitigated", "value": "challenge"},
         {"header": "x-amzn-waf-action", "value": "captcha|challenge"},
         {"body": r"(?i)verify (that )?you are (a )?human|<title>\s*just a moment\.\.\.|cf-chl-|"
-                 r"px-captcha|captcha-delivery\.com|_incapsula_resource"},
-        {"status": [403, 429, 503], "body": r"(?i)g-recaptcha|h-captcha|hcaptcha\.com|challenges\.cloudflare\.com"},
+                 r"px-captcha|captcha-delivery\.com"},
+        # Widgets and scripts that ordinary pages carry too: a challenge only on an error status.
+        {"status": [403, 429, 503], "body": r"(?i)g-recaptcha|h-captcha|hcaptcha\.com|challenges\.cloudflare\.com|"
+                                            r"_incapsula_resource"},
     ],
     "POLITE_CHALLENGE_BENCH": 1800.0,
     "POLITE_CHALLENGE_RETRY_TIMES": 3,
