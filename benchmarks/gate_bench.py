@@ -18,7 +18,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scrapy_polite.gate.local import Lease, LocalGate  # noqa: E402
+from scrapy_polite.gate.local import LocalGate  # noqa: E402
+from scrapy_polite.gate.state import Lease  # noqa: E402
 from scrapy_polite.pool.endpoints import Endpoint  # noqa: E402
 
 HELD = 8

@@ -79,7 +79,7 @@ async def child(url: str, namespace: str, n_hosts: int) -> dict[str, Any]:
     await asyncio.sleep(IDLE_KEEP + LEASE_TTL)
     maps = {name: len(getattr(gate, attr, ())) for name, attr in (
         ("hosts", "_hosts"), ("sessions", "_sessions"), ("pumps", "_pumps"), ("wakeups", "_wakeups"),
-        ("signals", "_signals"), ("fleet_inflight", "_fleet_inflight"), ("spacing", "_spacing"))}
+        ("signals", "_signals"), ("spacing", "_spacing"))}
     gc.collect()
     rss_idle = rss_kib()
     admin = redis.Redis.from_url(url, decode_responses=True)

@@ -81,3 +81,14 @@ def drop_slot_delays(downloader: Any) -> None:
     for key, entry in list(per_slot.items()):
         if isinstance(entry, dict) and entry.get("delay"):
             per_slot[key] = {**entry, "delay": 0.0}
+
+
+async def engine_download(engine: Any, request: Any) -> Any:
+    """Download *request* outside the scheduler: ``download_async`` from Scrapy 2.14, else ``download``."""
+    if engine is None:
+        raise RuntimeError("the engine is not running")
+    if hasattr(engine, "download_async"):
+        return await engine.download_async(request)
+    from scrapy.utils.defer import maybe_deferred_to_future  # Scrapy < 2.14
+
+    return await maybe_deferred_to_future(engine.download(request))

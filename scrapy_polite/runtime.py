@@ -7,6 +7,7 @@ of through attributes set on the crawler.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.settings.config import PoliteConfig
@@ -15,7 +16,11 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_polite.downloader.response_policy import ResponsePolicy
-    from scrapy_polite.gate.local import LocalGate
+    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.redis.backend import RedisGate
+
+#: Sends this process's stats snapshot to the fleet (a shared state only).
+Publisher = Callable[[dict[str, Any]], None]
 
 
 class Runtime:
@@ -24,9 +29,12 @@ class Runtime:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.config = PoliteConfig.from_settings(crawler.settings)
-        self._gate: LocalGate | None = None
+        self._gate: Gate | None = None
+        #: Where the stats go for the ``fleet`` command (None: the state is not shared).
+        self.publisher: Publisher | None = None
         self.throttle: Any = None
         self.stats: Any = None
+        self.exit_ips: Any = None
         self.middleware: Any = None
         self._policy: Any = None
         self.tiers: Any = None
@@ -41,9 +49,9 @@ class Runtime:
         return self._policy
 
     @property
-    def gate(self) -> LocalGate:
+    def gate(self) -> Gate:
         if self._gate is None:
-            self._gate = _build_gate(self.config)
+            self._gate, self.publisher = _build_gate(self.config)
             if self.config.endpoint_tiers:
                 from scrapy_polite.pool.tiers import TierLadder
 
@@ -56,8 +64,8 @@ class Runtime:
         return self._gate
 
 
-def _build_gate(cfg: PoliteConfig) -> Any:
-    """The in-memory gate, or the Redis one when ``POLITE_STATE`` names a server."""
+def _build_gate(cfg: PoliteConfig) -> tuple[Gate, Publisher | None]:
+    """The in-memory gate, or the Redis one (and its stats publisher) when ``POLITE_STATE`` names a server."""
     common: dict[str, Any] = {
         "host_concurrency": cfg.host_concurrency,
         "endpoint_concurrency": cfg.endpoint_concurrency,
@@ -73,7 +81,7 @@ def _build_gate(cfg: PoliteConfig) -> Any:
     if cfg.state == "memory":
         from scrapy_polite.gate.local import LocalGate
 
-        return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl)
+        return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl), None
     from scrapy_polite.errors import PoliteConfigError
     from scrapy_polite.gate.redis.backend import RedisGate
     from scrapy_polite.gate.redis.state import check_reachable, mask_url
@@ -91,11 +99,25 @@ def _build_gate(cfg: PoliteConfig) -> Any:
             "'twisted.internet.asyncioreactor.AsyncioSelectorReactor') for a Redis state",
         )
     check_reachable(cfg.state)
-    return RedisGate(
+    gate = RedisGate(
         cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
         lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, host_ttl=cfg.state_host_ttl, poll=cfg.state_poll,
         outage_timeout=cfg.state_outage_timeout, **common,
     )
+    return gate, _fleet_publisher(gate)
+
+
+def _fleet_publisher(gate: RedisGate) -> Publisher:
+    """Publish stats snapshots through *gate*'s ordered updates, under its namespace."""
+    from scrapy_polite.metrics.fleet_store import publish_commands
+
+    def publish(snap: dict[str, Any]) -> None:
+        async def send(client: Any, keys: Any, process_id: str) -> None:
+            await publish_commands(client.pipeline(transaction=False), keys, process_id, snap).execute()
+
+        gate.submit(send)
+
+    return publish
 
 
 _runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()

@@ -139,8 +139,8 @@ def test_idle_session_is_forgotten_and_sessions_stays_right() -> None:
     gate.release(lease(gate, "a", "s1"))
     held = lease(gate, "a", "s2")
     assert set(gate.sessions()) == {"s1", "s2"}
-    pinned = gate.session_endpoint("s1")
-    assert pinned is not None and gate.endpoints[pinned.key].sessions == 1
+    pinned = next(st.endpoint for st in gate.endpoints.values() if st.endpoint.label == gate.sessions()["s1"])
+    assert gate.endpoints[pinned.key].sessions == 1
     clock.now += 11.0
     gate.sweep()
     assert set(gate.sessions()) == {"s2"}  # s2 is busy: kept however long

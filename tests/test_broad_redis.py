@@ -26,7 +26,7 @@ def in_process(g: RedisGate) -> dict[str, int]:
     """Sizes of the gate's per-host and per-session structures."""
     return {
         "hosts": len(g._hosts), "sessions": len(g._sessions), "pumps": len(g._pumps),
-        "wakeups": len(g._wakeups), "signals": len(g._signals), "fleet_inflight": len(g._fleet_inflight),
+        "wakeups": len(g._wakeups), "signals": len(g._signals),
         "spacing": len(g._spacing), "spacing_due": len(getattr(g, "_spacing_due", ())), "leases": len(g._leases),
         "idle_hosts": len(getattr(g, "_idle_hosts", ())), "idle_sessions": len(getattr(g, "_idle_sessions", ())),
         "longest": len(getattr(g, "_longest", ())),

@@ -107,7 +107,7 @@ def shown(proc: subprocess.CompletedProcess[str]) -> str:
 def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: Path) -> None:
     eps = entry_points(wheel)
     assert eps["console_scripts"] == {"polite-report": "scrapy_polite.metrics.report:main",
-                                      "polite-fleet": "scrapy_polite.metrics.fleet:main"}
+                                      "polite-fleet": "scrapy_polite.cli.fleet:main"}
     assert eps["scrapy.commands"] == {
         "polite-tune": "scrapy_polite.cli.tune:Command",
         "polite-report": "scrapy_polite.cli.report:Command",
@@ -119,6 +119,7 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
         headers = zf.read(meta).decode().split("\n\n", 1)[0].splitlines()
     assert "scrapy_polite/py.typed" in names
+    assert "scrapy_polite/gate/redis/lua/acquire.lua" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     fields: dict[str, list[str]] = {}
     for line in headers:

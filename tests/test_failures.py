@@ -26,6 +26,7 @@ from scrapy_polite.downloader.failures import (
     classify,
     tunnel_status,
 )
+from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.throttle.policy import ThrottlePolicy
 
 
@@ -173,7 +174,7 @@ def test_a_host_blamed_by_timeouts_is_slowed_once_per_window_then_parked() -> No
 @pytest.mark.once
 def test_a_stalled_lease_gives_its_host_slot_back_once_and_keeps_its_endpoint() -> None:
     stalled = []
-    gate, ft = make_gate(n=3, host_concurrency=1, delay=(0.0, 0.0), stall_timeout=2.0, on_stalled=stalled.append)
+    gate, ft = make_gate(n=3, host_concurrency=1, delay=(0.0, 0.0), stall_timeout=2.0, listeners=GateListeners(on_stalled=stalled.append))
     leases = granted([gate.acquire("a"), gate.acquire("a")])
     assert len(leases) == 1
     first = leases[0]
@@ -210,7 +211,7 @@ def test_stall_timeout_zero_disables_it_and_the_setting_is_validated() -> None:
 @on_asyncio
 async def test_a_stalled_lease_gives_its_host_slot_back_fleet_wide_in_redis(redis_server) -> None:
     stalled = []
-    a = redis_gate(redis_server.url, n=2, host_concurrency=1, stall_timeout=0.5, on_stalled=stalled.append)
+    a = redis_gate(redis_server.url, n=2, host_concurrency=1, stall_timeout=0.5, listeners=GateListeners(on_stalled=stalled.append))
     b = redis_gate(redis_server.url, n=2, first=2, host_concurrency=1)
     try:
         first, _ = await redis_granted(a.acquire("h"))

@@ -23,6 +23,7 @@ from test_redis_gate import gate as redis_gate
 from test_redis_gate import granted, on_asyncio, pending, stop
 from twisted.internet.task import LoopingCall
 
+from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 SECRET = "s3cret"
@@ -77,7 +78,7 @@ class Steps:
 
 @pytest.mark.once
 def test_removal_grace_ends_once_per_removal() -> None:
-    from scrapy_polite.gate.local import RemovalGrace
+    from scrapy_polite.gate.state import RemovalGrace
 
     grace = RemovalGrace(1.0)
     assert grace.start("a", 10.0) == 11.0
@@ -161,7 +162,7 @@ def test_after_the_grace_the_policy_applies_and_a_re_add_undoes_a_loss(policy: s
     from scrapy_polite.errors import SessionEndpointLost
 
     moved: list[tuple[str, str]] = []
-    gate, ft, endpoints = local_gate(policy, on_session_repinned=lambda s, old, why: moved.append((s, why)))
+    gate, ft, endpoints = local_gate(policy, listeners=GateListeners(on_session_repinned=lambda s, old, why: moved.append((s, why))))
     first = outcomes(gate.acquire("h", "u"))[0]
     gate.release(first)
     gate.set_endpoints([e for e in endpoints if e.key != first.endpoint.key])
@@ -322,7 +323,7 @@ async def test_the_redis_gate_keeps_a_removed_endpoint_s_sessions_through_the_gr
 
     moved: list[str] = []
     g = redis_gate(redis_server.url, n=2, removal_grace=0.6, session_policy=policy,
-                   on_session_repinned=lambda s, old, why: moved.append(why))
+                   listeners=GateListeners(on_session_repinned=lambda s, old, why: moved.append(why)))
     pool = [st.endpoint for st in g.endpoints.values()]
     first, _ = await granted(g.acquire("h", session="u"))
     g.release(first)
@@ -357,7 +358,7 @@ async def test_the_redis_gate_reports_an_outage_past_its_deadline_once(redis_ser
     import asyncio
 
     calls: list[float] = []
-    g = redis_gate(redis_server.url, n=1, outage_timeout=0.5, on_outage_timeout=calls.append)
+    g = redis_gate(redis_server.url, n=1, outage_timeout=0.5, listeners=GateListeners(on_outage_timeout=calls.append))
     lease, _ = await granted(g.acquire("h"))
     redis_server.stop()
     await asyncio.sleep(0.3)

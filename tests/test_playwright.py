@@ -339,7 +339,7 @@ async def test_blocked_resource_types_never_reach_the_site(sandbox, tmp_path, br
 @pytest.mark.once
 def test_the_context_takes_the_endpoint_credentials_apart_and_its_name_has_none() -> None:
     from scrapy_polite.downloader.playwright import context_name, proxy_settings
-    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.gate.state import Lease
     from scrapy_polite.pool.endpoints import expand
 
     assert proxy_settings("http://us%40er:p%3Ass@10.0.0.1:8000") == {

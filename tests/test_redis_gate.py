@@ -15,8 +15,9 @@ import redis
 from twisted.internet.defer import Deferred
 
 from scrapy_polite.errors import SessionEndpointLost
-from scrapy_polite.gate.local import Lease
+from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.redis.backend import RedisGate
+from scrapy_polite.gate.state import Lease
 from scrapy_polite.pool.endpoints import Endpoint
 
 # The Redis gate is asyncio and Redis only: these tests run once, in the current environment.
@@ -268,7 +269,7 @@ async def test_a_dead_endpoint_gets_one_probe_per_longest_backoff(redis_server) 
 @on_asyncio
 async def test_a_process_that_learns_from_redis_that_every_endpoint_is_dead_gives_up(redis_server) -> None:
     calls: list[int] = []
-    a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2, on_all_unusable=lambda: calls.append(1))
+    a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2, listeners=GateListeners(on_all_unusable=lambda: calls.append(1)))
     for key in list(a.endpoints):
         for _ in range(3):
             a.endpoint_failed(key)
@@ -283,7 +284,7 @@ async def test_a_process_that_learns_from_redis_that_every_endpoint_is_dead_give
 async def pinned_then_killed_elsewhere(url: str, moved: list[tuple[str, str | None]]):
     """Gates *a* (reporting repins to *moved*) and *b*; session "u" pinned in *a*, its endpoint killed by *b*."""
     opts = {"n": 2, "session_policy": "repin"}
-    a = gate(url, on_session_repinned=lambda s, old, why: moved.append((s, old)), **opts)
+    a = gate(url, listeners=GateListeners(on_session_repinned=lambda s, old, why: moved.append((s, old))), **opts)
     b = gate(url, **opts)
     first, _ = await granted(a.acquire("h", session="u"))
     a.release(first)

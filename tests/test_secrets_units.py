@@ -11,8 +11,9 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.gate.local import EndpointState, Lease, LocalGate, SessionState
+from scrapy_polite.gate.local import LocalGate
 from scrapy_polite.gate.redis.state import endpoint_id, mask_url
+from scrapy_polite.gate.state import EndpointState, Lease, SessionState
 from scrapy_polite.pool.endpoints import expand, gateway_session_id, read_proxies_file
 from scrapy_polite.settings.config import PoliteConfig
 

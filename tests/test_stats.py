@@ -34,16 +34,12 @@ from scrapy import signals
 from scrapy.utils.test import get_crawler
 
 from scrapy_polite import signals as polite_signals
+from scrapy_polite.downloader.exit_ip import parse_probe_body
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.report import ReportData, build, render
-from scrapy_polite.metrics.stats import (
-    MAX_EXIT_IPS,
-    MAX_EXIT_IPS_PER_HOST,
-    PoliteStats,
-    format_summary,
-    parse_probe_body,
-)
+from scrapy_polite.metrics.stats import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, PoliteStats
+from scrapy_polite.metrics.summary import format_summary
 from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.settings.config import PoliteConfig
@@ -277,8 +273,8 @@ async def test_exit_ip_without_provider_header(sandbox, tmp_path: Path, source: 
         for spans in by_ip.values():
             spans.sort()
             assert all(end <= nxt_start + 0.005 for (_, end), (nxt_start, _) in zip(spans, spans[1:]))
-        stats_ext = get_runtime(result.crawler).stats
-        assert sorted(stats_ext.probed_exit_ip(u) for u in sb.proxy_urls) == sorted(sb.proxy_exit_ips)
+        exit_ips = get_runtime(result.crawler).exit_ips
+        assert sorted(exit_ips.probed(u) for u in sb.proxy_urls) == sorted(sb.proxy_exit_ips)
 
 
 @pytest.mark.parametrize("connect_headers", [True, False], ids=["scrapy-proxy-headers", "plain"])
@@ -641,13 +637,8 @@ def test_fleet_snapshots_round_trip_through_redis_and_old_ones_leave_the_index(t
     import redis
 
     from scrapy_polite.gate.redis.state import Keys
-    from scrapy_polite.metrics.fleet import (
-        SNAPSHOT_TTL,
-        clear_snapshots,
-        publish_commands,
-        read_snapshots,
-        snapshot,
-    )
+    from scrapy_polite.metrics.fleet import SNAPSHOT_TTL, snapshot
+    from scrapy_polite.metrics.fleet_store import clear_snapshots, publish_commands, read_snapshots
 
     stats = make_stats(tmp_path)
     for o in synthetic(200):

@@ -12,6 +12,7 @@ from scrapy.settings import Settings
 
 from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.errors import PoliteConfigError, SessionEndpointLost
+from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
 from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_file
 from scrapy_polite.settings.config import PoliteConfig
@@ -233,7 +234,7 @@ def test_session_fails_loudly_when_its_endpoint_dies() -> None:
 def test_session_repins_when_policy_says_so() -> None:
     moved = []
     gate, ft = make_gate(n=2, delay=(0.0, 0.0), session_policy="repin",
-                         on_session_repinned=lambda s, old, why: moved.append(s))
+                         listeners=GateListeners(on_session_repinned=lambda s, old, why: moved.append(s)))
     first = granted([gate.acquire("a", "alice")])
     gate.release(first[0])
     for _ in range(3):
@@ -255,7 +256,7 @@ def test_unhealthy_endpoint_backs_off_then_is_rechecked() -> None:
 
 def test_all_dead_calls_back() -> None:
     calls = []
-    gate, ft = make_gate(n=2, on_all_unusable=lambda: calls.append(1))
+    gate, ft = make_gate(n=2, listeners=GateListeners(on_all_unusable=lambda: calls.append(1)))
     for key in list(gate.endpoints):
         for _ in range(3):
             gate.endpoint_failed(key)

@@ -2,11 +2,9 @@
 
 Scrapy applies add-ons to each crawl, not to the project settings its
 ``settings`` command prints, so ``scrapy settings --get POLITE_DELAY`` would
-print ``None`` in a project that enables the add-on. This command is
-Scrapy's own, registered under the same name: in such a project it first
-adds :data:`scrapy_polite.settings.config.DEFAULTS` at Scrapy's lowest
-(``default``) priority, below anything a project, a ``-s`` or the
-environment sets; elsewhere it is unchanged.
+print ``None`` in a project that enables the add-on. This command, registered
+under the same name, adds :data:`scrapy_polite.settings.config.DEFAULTS` at
+Scrapy's ``default`` priority in such a project; elsewhere it is unchanged.
 """
 
 from __future__ import annotations

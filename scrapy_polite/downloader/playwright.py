@@ -1,18 +1,9 @@
 """Browser rendering (scrapy-playwright) through the pool: one browser context per lease's endpoint.
 
-scrapy-playwright takes its proxy per browser context, not per request, so a
-rendered request (``meta["playwright"] = True``) is bound, after the gate, to
-a context named after the leased endpoint (and the session, for
-``polite_session``), created with that endpoint's proxy server and
-credentials through ``playwright_context_kwargs``. The page and every
-sub-resource it loads then leave through the lease's exit IP.
-
-:class:`Contexts` keeps the contexts the pool opened bounded
-(``POLITE_PLAYWRIGHT_MAX_CONTEXTS``): the least recently used idle one is
-closed to make room (a session's cookies and storage are saved first and
-handed to the context that replaces it), and a context whose endpoint left
-the pool is closed once idle. Nothing here imports scrapy-playwright: it
-reaches the download handler through the engine.
+scrapy-playwright takes its proxy per browser context, so a rendered request is
+bound, after the gate, to a context made with the leased endpoint's proxy;
+:class:`Contexts` keeps those contexts bounded (``POLITE_PLAYWRIGHT_MAX_CONTEXTS``).
+Nothing here imports scrapy-playwright. See docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -27,7 +18,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.state import Lease
     from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
@@ -94,7 +86,7 @@ def render_seconds(request: Request) -> float | None:
 class Contexts:
     """The browser contexts the pool opened: bound to leases, bounded, closed when idle and unwanted."""
 
-    def __init__(self, crawler: Crawler, config: PoliteConfig, gate: Any) -> None:
+    def __init__(self, crawler: Crawler, config: PoliteConfig, gate: Gate) -> None:
         self.crawler = crawler
         self.gate = gate
         self.max_contexts = config.playwright_max_contexts
@@ -199,8 +191,8 @@ class Contexts:
         key = self.endpoint_of.get(name)
         if key is None:
             return False
-        st = getattr(self.gate, "endpoints", {}).get(key)
-        return st is None or bool(getattr(st, "removed", False))
+        st = self.gate.endpoints.get(key)
+        return st is None or st.removed
 
     async def _close(self, handler: Any, name: str, why: str) -> None:
         # Out of the handler's list at once: a request bound meanwhile finds it gone and waits for

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from scrapy_polite.downloader import splash
+from scrapy_polite.downloader.proxy_meta import NOT_BEFORE_KEY, forget_attempt
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from scrapy_polite.settings.config import PoliteConfig
 
 #: Re-queue kinds whose trigger is the site's own answer, which a spider may ask to see.
 SITE_ANSWERS = frozenset({"rate", "ban", "challenge"})
@@ -17,12 +26,38 @@ HANDLED = "handle_httpstatus"
 
 
 @dataclass(frozen=True)
+class Budgets:
+    """Re-queues allowed per kind, apart from RETRY_TIMES, so a 429 storm leaves server-error retries alone."""
+
+    rate: int
+    proxy: int
+    ban: int
+    timeout: int
+    challenge: int = 3
+
+    @classmethod
+    def from_config(cls, config: PoliteConfig) -> Budgets:
+        return cls(
+            rate=config.rate_retry_times,
+            proxy=config.proxy_retry_times,
+            ban=min(2, config.proxy_retry_times),
+            timeout=config.timeout_retry_times,
+            challenge=config.challenge_retry_times,
+        )
+
+    def of(self, kind: str) -> int:
+        return int(getattr(self, kind))
+
+
+@dataclass(frozen=True)
 class Decision:
     verdict: str
     #: Re-queues allowed for this kind, after ``max_retry_times``.
     budget: int
     #: Re-queues of this kind done before this attempt.
     done: int
+    #: The request to send instead, when ``verdict`` is :data:`REQUEUE`.
+    request: Request | None = None
 
 
 def decide(meta: Any, kind: str, budget: int, done: int, status: int | None = None) -> Decision:
@@ -42,6 +77,37 @@ def decide(meta: Any, kind: str, budget: int, done: int, status: int | None = No
     ):
         return Decision(HANDLED, budget, done)
     return Decision(SPENT if done >= budget else REQUEUE, budget, done)
+
+
+def counter_key(kind: str) -> str:
+    """The meta key counting a request's re-queues of *kind*."""
+    return f"polite_{kind}_retries"
+
+
+def get_requeue_request(
+    request: Request, kind: str, budgets: Budgets, *, status: int | None = None, delay: float = 0.0
+) -> Decision:
+    """Decide a re-queue of *request* for *kind*; on :data:`REQUEUE` the decision carries the new request.
+
+    The new request has its counters raised, the attempt's lease and proxy
+    dropped, and a not-before time *delay* seconds ahead (wall time, so it
+    survives a disk queue).
+    """
+    counter = counter_key(kind)
+    done = request.meta.get(counter, 0)
+    decision = decide(request.meta, kind, budgets.of(kind), done, status)
+    if decision.verdict != REQUEUE:
+        return decision
+    # A processed Splash request names its proxy in the JSON body: start over from the original.
+    new = splash.fresh_request(request) if splash.is_splash(request) else None
+    if new is None:
+        new = request.replace(dont_filter=True)
+    new.meta[counter] = done + 1
+    new.meta["polite_requeues"] = request.meta.get("polite_requeues", 0) + 1
+    forget_attempt(new.meta)
+    if delay:
+        new.meta[NOT_BEFORE_KEY] = time.time() + delay
+    return Decision(REQUEUE, decision.budget, done, new)
 
 
 def retry_reason(status: int | None, exception: BaseException | None) -> str:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.downloader import failures
+from scrapy_polite.downloader.answers import classify_exception
+from scrapy_polite.metrics.outcome import is_ban
 from scrapy_polite.settings.config import CHALLENGE_BODY_BYTES, ChallengePattern, PoliteConfig
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ class ResponsePolicy:
             return Verdict(CHALLENGE, marker)
         if status in cfg.rate_limit_codes or (status in cfg.retry_after_codes and b"Retry-After" in headers):
             return Verdict(RATE_LIMITED, str(status), proxy_side)
-        if status in cfg.ban_codes and not proxy_side:
+        if is_ban(status, cfg.ban_codes, proxy_side):
             return Verdict(BAN, str(status))
         if 200 <= status < 400:
             return Verdict(OK)
@@ -78,7 +80,7 @@ class ResponsePolicy:
 
     def classify_exception(self, request: Request, exc: BaseException) -> Verdict:
         """The verdict on a download error: the proxy's fault, or not known to be."""
-        failure = failures.classify(exc)
+        failure = classify_exception(request, exc)
         if failure.kind == failures.PROXY_RATE:
             return Verdict(RATE_LIMITED, failure.reason, True)
         if failure.kind == failures.PROXY:

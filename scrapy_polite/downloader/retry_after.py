@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import random
 import re
 import time
 
@@ -51,3 +52,11 @@ def _seconds_until(value: str, now: float) -> float | None:
     except (ArithmeticError, ValueError, OSError, LookupError, TypeError):
         # Years past 9999 or of 20 digits overflow the date functions.
         return None
+
+
+def cooldown(header: bytes | None, default: tuple[float, float], cap: float, rng: random.Random) -> float:
+    """Seconds to rest after a rate signal: its ``Retry-After``, else a draw in ``POLITE_COOLDOWN``; at most *cap*."""
+    seconds = parse_retry_after(header)
+    if seconds is None:
+        seconds = rng.uniform(*default)
+    return min(seconds, cap)

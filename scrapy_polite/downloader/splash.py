@@ -1,21 +1,10 @@
 """Splash (scrapy-splash) support for the middleware.
 
-scrapy-splash rewrites a request into a POST to the Splash server whose
-JSON body carries the target URL and the ``proxy`` argument. Two things
-follow for a proxy pool:
-
-* a processed Splash request sent again (a re-queue, a RetryMiddleware
-  retry, Splash's own 498 retry) would still name the old proxy in its
-  body, so every new attempt is rebuilt from the original request, taken
-  before SplashMiddleware rewrote it (:func:`remember_original`,
-  :func:`fresh_request`);
-* the answer's status is Splash's, not necessarily the target's: an
-  overloaded Splash (503) must not throttle the target host, and a proxy
-  failure reported by Splash must count against the endpoint
-  (:func:`classify`).
-
-Nothing here imports scrapy-splash: it is optional and does not import on
-every Scrapy release.
+A processed Splash request names its proxy in its JSON body, so each new
+attempt is rebuilt from the original (:func:`remember_original`,
+:func:`fresh_request`), and an answer may be Splash's own rather than the
+target's (:func:`classify`). Nothing here imports scrapy-splash. See
+docs/architecture.md.
 """
 
 from __future__ import annotations

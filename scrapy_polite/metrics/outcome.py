@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import asdict, dataclass
 from typing import Any
+
+
+def status_label(status: Any, exception: Any) -> str:
+    """How an attempt is counted: its status, else its exception's name."""
+    return str(status) if status is not None else str(exception or "unknown")
+
+
+def is_success(status: Any, rate_limited: bool, verdict: str | None = None) -> bool:
+    """The response policy's ``ok`` verdict; a record without one: a 2xx or 3xx answer that is not a rate signal."""
+    if verdict is not None:
+        return verdict == "ok"
+    return isinstance(status, int) and 200 <= status < 400 and not rate_limited
+
+
+def is_ban(
+    status: int | None,
+    ban_codes: Container[int],
+    proxy_side: bool = False,
+    rate_limited: bool = False,
+    verdict: str | None = None,
+) -> bool:
+    """The policy's ``ban`` verdict; without one: a status in ``POLITE_BAN_CODES`` from the site, not a rate signal."""
+    if verdict is not None:
+        return verdict == "ban"
+    return status is not None and status in ban_codes and not proxy_side and not rate_limited
 
 
 @dataclass(frozen=True)
@@ -45,15 +71,14 @@ class Outcome:
 
     @property
     def success(self) -> bool:
-        if self.verdict is not None:
-            return self.verdict == "ok"
-        return self.status is not None and 200 <= self.status < 400 and not self.rate_limited
+        return is_success(self.status, self.rate_limited, self.verdict)
 
     @property
-    def ban(self) -> bool:
-        if self.verdict is not None:
-            return self.verdict == "ban"
-        return False
+    def label(self) -> str:
+        return status_label(self.status, self.exception)
+
+    def is_ban(self, ban_codes: Container[int]) -> bool:
+        return is_ban(self.status, ban_codes, self.proxy_side, self.rate_limited, self.verdict)
 
     @property
     def challenge(self) -> bool:

@@ -25,6 +25,10 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from scrapy_polite.metrics.outcome import is_success as outcome_success
+from scrapy_polite.metrics.outcome import status_label
+from scrapy_polite.metrics.percentiles import seconds_at
+
 #: Time buckets are merged (their width doubled) beyond this many.
 _MAX_TIME_BUCKETS = 20_000
 #: Exit IPs and endpoints tracked one by one; the rest are pooled.
@@ -79,18 +83,11 @@ def _number(value: Any, low: float, high: float) -> bool:
 
 
 def label_of(rec: dict[str, Any]) -> str:
-    if rec.get("status") is not None:
-        return str(rec["status"])
-    return str(rec.get("exception") or "unknown")
+    return status_label(rec.get("status"), rec.get("exception"))
 
 
 def is_success(rec: dict[str, Any]) -> bool:
-    verdict = rec.get("verdict")
-    if verdict is not None:
-        # The response policy's verdict, recorded by the crawl.
-        return verdict == "ok"
-    status = rec.get("status")
-    return isinstance(status, int) and 200 <= status < 400 and not rec.get("rate_limited")
+    return outcome_success(rec.get("status"), bool(rec.get("rate_limited")), rec.get("verdict"))
 
 
 def _bump(counter: Counter[str], key: str, n: int = 1) -> None:
@@ -447,10 +444,6 @@ def _nice_width(seconds: float) -> float:
     return float(math.ceil(seconds / 86400) * 86400)
 
 
-def _pct(hist: HdrHistogram, p: float) -> float | None:
-    return hist.get_value_at_percentile(p) / 1000.0 if hist.get_total_count() else None
-
-
 # -- SVG helpers -------------------------------------------------------------
 
 _STATUS_COLORS = {"2": "#2e7d32", "3": "#00838f", "4": "#8d6e63", "5": "#6a1b9a"}
@@ -602,14 +595,14 @@ def latency_svg(data: ReportData) -> str:
         svg.add(f'<line x1="{xv:.1f}" x2="{xv:.1f}" y1="{T + ph}" y2="{T + ph + 4}" class="axis"/>')
         svg.text(xv, T + ph + 17, _sec(10**d / 1000), "middle", "tick")
     for i, p in enumerate((50, 95, 99)):
-        v = _pct(data.latency, p)
+        v = seconds_at(data.latency, p)
         if v is None:
             continue
         xv = x(_BINS_PER_DECADE * math.log10(max(1.0, v * 1000)))
         svg.add(f'<line class="pct" x1="{xv:.1f}" x2="{xv:.1f}" y1="{T - 14 + 12 * i}" y2="{T + ph}">'
                 f"<title>P{p} {_sec(v)}</title></line>")
         svg.text(xv + 3, T - 6 + 12 * i, f"P{p}", cls="note")
-    svg.text(W - R, T - 16, " \u00b7 ".join(f"P{p} {_sec(_pct(data.latency, p))}" for p in (50, 95, 99)),
+    svg.text(W - R, T - 16, " \u00b7 ".join(f"P{p} {_sec(seconds_at(data.latency, p))}" for p in (50, 95, 99)),
              "end", "note")
     svg.add(f'<line x1="{L}" x2="{L}" y1="{T}" y2="{T + ph}" class="axis"/>')
     svg.add(f'<line x1="{L}" x2="{W - R}" y1="{T + ph}" y2="{T + ph}" class="axis"/>')
@@ -878,7 +871,7 @@ def render(
         _card(rate, "success rate"),
         _card(f"{data.rate_limited} ({rl})", "rate-limited (429)"),
         _card(str(data.challenges), "challenges"),
-        _card(_sec(_pct(data.latency, 95)), "latency P95"),
+        _card(_sec(seconds_at(data.latency, 95)), "latency P95"),
         _card(str(len(data.exit_ips)), "exit IPs"),
     ])
     top_hosts, other_hosts, folded_hosts = data.top_hosts(top)
@@ -886,8 +879,8 @@ def render(
     if other_hosts is not None:
         host_rows.append(_host_row(data, OTHER, other_hosts))
     pct_rows = [
-        ["download latency", *(_sec(_pct(data.latency, p)) for p in (50, 95, 99)), data.latency.get_total_count()],
-        ["wait at the gates", *(_sec(_pct(data.wait, p)) for p in (50, 95, 99)), data.wait.get_total_count()],
+        ["download latency", *(_sec(seconds_at(data.latency, p)) for p in (50, 95, 99)), data.latency.get_total_count()],
+        ["wait at the gates", *(_sec(seconds_at(data.wait, p)) for p in (50, 95, 99)), data.wait.get_total_count()],
     ]
     labels = _order({k for c in data.endpoints.values() for k in c})
     ranked = sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
@@ -960,7 +953,7 @@ def _compare_rows(
     def stats(d: ReportData, g: _Group | None, whole: bool) -> dict[str, float | None]:
         if whole:
             total, ok, limited = d.records, d.ok, d.rate_limited
-            p50, p95 = _pct(d.latency, 50), _pct(d.latency, 95)
+            p50, p95 = seconds_at(d.latency, 50), seconds_at(d.latency, 95)
             ppm = d.pages_per_min()
         elif g is None:
             return {"ppm": None, "success": None, "limited": None, "share": None, "p50": None, "p95": None}

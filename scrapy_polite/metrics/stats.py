@@ -9,30 +9,25 @@ tracked one by one (the rest are pooled under ``"(other)"``).
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import logging
 import os
-import re
 import time
 from collections import Counter, deque
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 from scrapy import signals
-from twisted.internet.defer import Deferred
 
 from scrapy_polite import signals as polite_signals
-from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
+from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
+from scrapy_polite.metrics.summary import format_summary
 from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
 
-    from scrapy_polite.pool.endpoints import Endpoint
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +81,6 @@ def fold_top(table: dict[str, dict[str, Any]], n: int) -> tuple[dict[str, dict[s
 def _distinct(counter: Counter[str]) -> int:
     """Distinct names tracked; the pooled OTHER bucket is not one of them."""
     return len(counter) - (OTHER in counter)
-
-
-def _percentile(hist: HdrHistogram, p: float) -> float | None:
-    if hist.get_total_count() == 0:
-        return None
-    return hist.get_value_at_percentile(p) / 1000.0
 
 
 class _Window:
@@ -171,60 +160,9 @@ class HostStats(_Counts):
         self.exit_ips: Counter[str] = Counter()
 
 
-#: ``%(name)s`` placeholders of POLITE_STATS_JSONL; any other ``%`` is kept as written.
-_PLACEHOLDER = re.compile(r"%\((?:([^)]*)\)(.?))?")
-
-
-def jsonl_path(template: str | None, spider: Any, started: float | None = None) -> str | None:
-    """The POLITE_STATS_JSONL path of this crawl, its placeholders filled as in FEEDS URIs.
-
-    So that concurrent crawls (Scrapyd jobs) write and rotate files of their
-    own: ``%(name)s`` is the spider's name, ``%(time)s`` the start time in
-    FEEDS' format, ``%(job)s`` Scrapyd's job id (its ``_job`` spider
-    argument; the process id outside Scrapyd), and any other name a spider
-    attribute. Raises :class:`PoliteConfigError` for an unknown or malformed
-    placeholder, at start-up.
-    """
-    if template is None:
-        return None
-    utc = datetime.fromtimestamp(time.time() if started is None else started, tz=timezone.utc)
-    fixed = {
-        "time": utc.replace(microsecond=0).isoformat().replace(":", "-"),
-        "job": str(getattr(spider, "_job", None) or os.getpid()),
-    }
-
-    def fill(match: re.Match[str]) -> str:
-        name, conversion = match.group(1), match.group(2)
-        if not name or conversion != "s":
-            raise PoliteConfigError("POLITE_STATS_JSONL", template, "placeholders written %(name)s")
-        if name in fixed:
-            return fixed[name]
-        try:
-            return str(getattr(spider, name))
-        except AttributeError:
-            raise PoliteConfigError(
-                "POLITE_STATS_JSONL", template,
-                f"placeholders among %(name)s, %(time)s, %(job)s and the spider's attributes "
-                f"(the spider has no {name!r})",
-            ) from None
-
-    return _PLACEHOLDER.sub(fill, template)
-
-
-def _report_path(template: str | None, spider: Any) -> str | None:
-    """The POLITE_REPORT_HTML path of this crawl: the placeholders of POLITE_STATS_JSONL."""
-    try:
-        return jsonl_path(template, spider)
-    except PoliteConfigError as exc:
-        raise PoliteConfigError("POLITE_REPORT_HTML", template, exc.expected) from None
-
-
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
 
-    It also probes each endpoint's exit IP at start-up when
-    ``POLITE_EXIT_IP_PROBE_URL`` is set, for providers that send no exit-IP
-    header and endpoints without a static ``exit_ip``.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -248,17 +186,11 @@ class PoliteStats:
         self.bans = 0
         self.challenges = 0
         self.gave_up = 0
-        self._probe_url: str | None = self.config.exit_ip_probe_url
-        self._probe_timeout: float = self.config.exit_ip_probe_timeout
-        self._probed: dict[str, str | None] = {}
-        self._probing: dict[str, Any] = {}
-        self._probe_waiters: dict[str, list[Deferred]] = {}
-        self._jsonl: Any = None
-        self._jsonl_size = 0
         # The spider when the crawl builds it (its arguments included), else its class.
-        self._jsonl_path = jsonl_path(self.config.stats_jsonl, getattr(crawler, "spider", None) or crawler.spidercls)
-        self._report_source = self._jsonl_path  # kept when writing stops on an error
-        self._report_path = _report_path(self.config.report_html, getattr(crawler, "spider", None) or crawler.spidercls)
+        spider = getattr(crawler, "spider", None) or crawler.spidercls
+        self._jsonl = JsonlSink(jsonl_path(self.config.stats_jsonl, spider), self.config.stats_jsonl_max_bytes)
+        self._report_source = self._jsonl.path  # kept when writing stops on an error
+        self._report_path = report_path(self.config.report_html, spider)
         self._loop: Any = None
         self._publish_loop: Any = None
         self._prom: Any = None
@@ -279,10 +211,10 @@ class PoliteStats:
     # -- recording --------------------------------------------------------
 
     def record(self, outcome: Outcome) -> None:
-        label = str(outcome.status) if outcome.status is not None else outcome.exception or "unknown"
+        label = outcome.label
         ok = outcome.success
         limited = outcome.rate_limited
-        ban, challenge = outcome.ban, outcome.challenge
+        ban, challenge = outcome.is_ban(self.config.ban_codes), outcome.challenge
         if outcome.revises:
             self._unrecord_page(outcome)
         self.total += 1
@@ -336,8 +268,8 @@ class PoliteStats:
                 h.latency.record_value(ms)
         if outcome.endpoint:
             self.wait.record_value(_ms(outcome.wait))
-        if self._jsonl_path:
-            self._write_jsonl(outcome)
+        if self._jsonl.path:
+            self._jsonl.write(outcome.to_dict())
         if self._prom is not None:
             top = self.config.stats_top
             ph = _capped(self._prom_hosts, host, top)
@@ -380,111 +312,7 @@ class PoliteStats:
 
         Per-attempt lines have no ``"event"`` key: readers of attempts skip the lines that do.
         """
-        if self._jsonl_path:
-            self._write_line(event)
-
-    def _write_jsonl(self, outcome: Outcome) -> None:
-        self._write_line(outcome.to_dict())
-
-    def _write_line(self, record: dict[str, Any]) -> None:
-        """One line per record, on disk at once; at most two files of the cap each."""
-        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        path = self._jsonl_path
-        assert path is not None
-        try:
-            if self._jsonl is None:
-                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115 - kept open for the run
-                self._jsonl_size = self._jsonl.seek(0, os.SEEK_END)
-            if self._jsonl_size and self._jsonl_size + len(line) > self.config.stats_jsonl_max_bytes:
-                self._jsonl.close()
-                os.replace(path, path + ".1")
-                self._jsonl = open(path, "ab", buffering=0)  # noqa: SIM115
-                self._jsonl_size = 0
-            self._jsonl.write(line)
-            self._jsonl_size += len(line)
-        except OSError as exc:
-            logger.error("scrapy-polite: stopped writing %s: %s", path, exc)
-            self._jsonl_path = None
-            if self._jsonl is not None:
-                self._jsonl.close()
-                self._jsonl = None
-
-    # -- exit IP probe ------------------------------------------------------
-
-    def probed_exit_ip(self, endpoint_key: str) -> str | None:
-        """The exit IP the probe saw for *endpoint_key*, if any."""
-        return self._probed.get(endpoint_key)
-
-    def exit_ip_known(self, endpoint: Endpoint) -> Deferred | None:
-        """A Deferred that fires once *endpoint*'s probe has answered; ``None`` if there is nothing to wait for.
-
-        The middleware waits on it with the endpoint's lease in hand, so a probe
-        never shares its endpoint with a crawl request, and every response gets
-        the exit IP. An endpoint first seen later (a reloaded proxies file) is
-        probed here, on first use.
-        """
-        key = endpoint.key
-        if not self._probe_url or key in self._probed or endpoint.static_exit_ip:
-            return None
-        if key not in self._probing:
-            engine = getattr(self.crawler, "engine", None)
-            if engine is None or not engine.running:
-                return None
-            self._start_probe(endpoint)
-        d: Deferred = Deferred()
-        self._probe_waiters.setdefault(key, []).append(d)
-        return d
-
-    def _start_probe(self, endpoint: Endpoint) -> None:
-        from scrapy.utils.defer import deferred_from_coro
-
-        d = deferred_from_coro(self._probe(endpoint))
-        self._probing[endpoint.key] = d
-
-    async def _probe(self, endpoint: Endpoint) -> None:
-        from scrapy import Request
-        from scrapy.utils.defer import maybe_deferred_to_future
-
-        assert self._probe_url is not None
-        request = Request(
-            self._probe_url,
-            dont_filter=True,
-            meta={
-                # The middleware leaves it alone; HttpProxyMiddleware still uses the proxy.
-                "polite": False,
-                "polite_probe": True,
-                "proxy": endpoint.url,
-                "dont_retry": True,
-                "dont_redirect": True,
-                "dont_merge_cookies": True,
-                "dont_cache": True,
-                "handle_httpstatus_all": True,
-                "download_timeout": self._probe_timeout,
-            },
-        )
-        ip: str | None = None
-        try:
-            engine = self.crawler.engine
-            assert engine is not None
-            if hasattr(engine, "download_async"):
-                response = await engine.download_async(request)
-            else:  # Scrapy < 2.14
-                response = await maybe_deferred_to_future(engine.download(request))
-            ip = parse_probe_response(response)
-            if ip is None:
-                logger.warning(
-                    "scrapy-polite: exit-IP probe via %s got no IP address (status %d)",
-                    endpoint.label, response.status,
-                )
-        except Exception as exc:
-            logger.warning("scrapy-polite: exit-IP probe via %s failed: %r", endpoint.label, exc)
-        finally:
-            self._probing.pop(endpoint.key, None)
-        self._probed[endpoint.key] = ip
-        for d in self._probe_waiters.pop(endpoint.key, []):
-            d.callback(ip)
-        self.stats.inc_value("polite/exit_ip_probe/" + ("ok" if ip else "failed"))
-        logger.debug("scrapy-polite: %s exits from %s", endpoint.label, ip)
+        self._jsonl.write(event)
 
     # -- views --------------------------------------------------------------
 
@@ -497,7 +325,7 @@ class PoliteStats:
     def percentile(self, p: float, host: str | None = None) -> float | None:
         """Download latency percentile in seconds (overall or for *host*)."""
         hist = self.latency if host is None else self.hosts[host].latency
-        return None if hist is None else _percentile(hist, p)
+        return seconds_at(hist, p)
 
     def summary(self) -> dict[str, Any]:
         now = time.time()
@@ -514,12 +342,8 @@ class PoliteStats:
             "challenges": self.challenges,
             "gave_up": self.gave_up,
             "exceptions": dict(self.exceptions),
-            "latency_p50": self.percentile(50),
-            "latency_p95": self.percentile(95),
-            "latency_p99": self.percentile(99),
-            "wait_p50": _percentile(self.wait, 50),
-            "wait_p95": _percentile(self.wait, 95),
-            "wait_p99": _percentile(self.wait, 99),
+            **summary_fields(self.latency, "latency"),
+            **summary_fields(self.wait, "wait"),
             "exit_ips": _distinct(self.exit_ips),
             "requests_per_exit_ip": dict(self.exit_ips),
             "exit_ip_sources": dict(self.exit_ip_sources),
@@ -528,9 +352,7 @@ class PoliteStats:
                     **h.as_dict(),
                     "exit_ips": _distinct(h.exit_ips),
                     "requests_per_exit_ip": dict(h.exit_ips),
-                    "latency_p50": self.percentile(50, host),
-                    "latency_p95": self.percentile(95, host),
-                    "latency_p99": self.percentile(99, host),
+                    **summary_fields(h.latency, "latency"),
                 }
                 for host, h in self.hosts.items()
             },
@@ -566,22 +388,17 @@ class PoliteStats:
                 )
             else:
                 logger.info("scrapy-polite: Prometheus metrics on %s", self._prom.url)
-        if self._probe_url:
-            # Not awaited: the crawl starts at once; outcomes through an endpoint
-            # whose probe has not answered yet carry no exit IP.
-            for st in list(self.runtime.gate.endpoints.values()):
-                if not st.removed:
-                    self._start_probe(st.endpoint)
 
     @property
     def _shared(self) -> bool:
         """Whether the gate is shared with other processes, so the fleet can see these stats."""
-        return hasattr(self.runtime.gate, "publish_stats")
+        return self.runtime.gate.shared
 
     def _publish(self, finished: bool = False, summary: dict[str, Any] | None = None) -> None:
         from scrapy_polite.metrics.fleet import snapshot
 
-        self.runtime.gate.publish_stats(snapshot(self, finished, summary))
+        if self.runtime.publisher is not None:
+            self.runtime.publisher(snapshot(self, finished, summary))
 
     @property
     def prometheus_url(self) -> str | None:
@@ -591,7 +408,7 @@ class PoliteStats:
     def _log(self) -> None:
         window, overall = self.pages_per_min()
         health = self.runtime.gate.health_counts()
-        p50, p95, p99 = (self.percentile(p) for p in (50, 95, 99))
+        p50, p95, p99 = (self.percentile(p) for p in REPORTED)
         logger.info(
             "scrapy-polite: %.1f pages/min now, %.1f overall; %d/%d ok, 429s %.1f%%; "
             "P50 %s P95 %s P99 %s; endpoints %d healthy, %d cooling, %d dead; %d waiting",
@@ -608,9 +425,7 @@ class PoliteStats:
                 loop.stop()
         if self._shared:
             self._publish(finished=True, summary=s)  # before the middleware stops the gate
-        if self._jsonl is not None:
-            self._jsonl.close()
-            self._jsonl = None
+        self._jsonl.close()
         self._export(s, spider)
         if self._report_path and self._report_source:
             self._write_report(self._report_path, self._report_source, spider)
@@ -634,7 +449,7 @@ class PoliteStats:
         for key in ("pages_per_min", "pages_per_min_window", "success_rate", "exit_ips"):
             set_value(f"polite/{key}", s[key])
         for name in ("latency", "wait"):
-            for p in (50, 95, 99):
+            for p in REPORTED:
                 if s[f"{name}_p{p}"] is not None:
                     set_value(f"polite/{name}/p{p}", s[f"{name}_p{p}"])
         for ip, n in s["requests_per_exit_ip"].items():
@@ -649,7 +464,7 @@ class PoliteStats:
                     set_value(f"{prefix}/{key}", h[key])
             for label, n in h["statuses"].items():
                 set_value(f"{prefix}/status/{label}", n)
-            for p in (50, 95, 99):
+            for p in REPORTED:
                 if h.get(f"latency_p{p}") is not None:
                     set_value(f"{prefix}/latency/p{p}", h[f"latency_p{p}"])
         endpoints, folded = fold_top(s["endpoints"], top)
@@ -671,83 +486,3 @@ async def _close_off_thread(prom: Any) -> None:
     from twisted.internet.threads import deferToThread
 
     await maybe_deferred_to_future(deferToThread(prom.close))
-
-
-def parse_probe_response(response: Response) -> str | None:
-    """The IP address an IP-echo service answered: JSON ``{"ip": ...}`` or plain text."""
-    if response.status != 200:
-        return None
-    return parse_probe_body(response.body)
-
-
-def parse_probe_body(body: bytes) -> str | None:
-    text = body.decode("utf-8", "replace").strip()
-    candidate: Any = None
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            # "ip" (ipify and most), "origin" (httpbin, may list several hops).
-            candidate = next((data[k] for k in ("ip", "origin") if isinstance(data.get(k), str)), None)
-    elif text:
-        candidate = text.split()[0]
-    if not isinstance(candidate, str):
-        return None
-    try:
-        return str(ipaddress.ip_address(candidate.split(",")[0].strip()))
-    except ValueError:
-        return None
-
-
-def format_summary(s: dict[str, Any]) -> str:
-    """A readable end-of-run table per host and per endpoint."""
-
-    def sec(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}s"
-
-    def others(statuses: dict[str, int]) -> str:
-        rest = {k: v for k, v in statuses.items() if k not in {"200", "429", "403"}}
-        return ", ".join(f"{k}: {v}" for k, v in sorted(rest.items())) or "-"
-
-    attempts = s["attempts"]
-    pct = 100.0 * s["rate_limited"] / attempts if attempts else 0.0
-    exc = ", ".join(f"{k} {v}" for k, v in sorted(s["exceptions"].items())) or "none"
-    sources = ", ".join(f"{k} {v}" for k, v in sorted(s["exit_ip_sources"].items())) or "-"
-    challenges = f", challenges {s['challenges']}" if s.get("challenges") else ""
-    lines = [
-        f"  {s['success']} successful pages of {attempts} attempts in {s.get('elapsed', 0):.1f} s: "
-        f"{s['pages_per_min']:.1f} pages/min (last window {s['pages_per_min_window']:.1f}), "
-        f"success rate {(s['success_rate'] or 0) * 100:.1f}%",
-        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), 403 bans {s['bans']}{challenges}, "
-        f"gave up {s['gave_up']}, exceptions: {exc}",
-        f"  download latency P50 {sec(s['latency_p50'])} P95 {sec(s['latency_p95'])} "
-        f"P99 {sec(s['latency_p99'])}; gate wait P50 {sec(s['wait_p50'])} P95 {sec(s['wait_p95'])}",
-        f"  {s['exit_ips']} exit IPs (source: {sources})",
-        "",
-    ]
-    hosts = s["hosts"]
-    w = max([len("host"), *(len(h) for h in hosts)])
-    lines.append(
-        f"  {'host':<{w}} {'attempts':>8} {'ok':>7} {'429':>6} {'403':>5} {'exit IPs':>8} "
-        f"{'P50':>8} {'P95':>8} {'P99':>8}  other"
-    )
-    for host, h in sorted(hosts.items()):
-        st = h["statuses"]
-        lines.append(
-            f"  {host:<{w}} {h['attempts']:>8} {h['success']:>7} {st.get('429', 0):>6} {st.get('403', 0):>5} "
-            f"{h['exit_ips']:>8} {sec(h['latency_p50']):>8} {sec(h['latency_p95']):>8} "
-            f"{sec(h['latency_p99']):>8}  {others(st)}"
-        )
-    eps = s["endpoints"]
-    if eps:
-        w = max([len("endpoint"), *(len(e) for e in eps)])
-        lines += ["", f"  {'endpoint':<{w}} {'attempts':>8} {'ok':>7} {'429':>6} {'403':>5}  other"]
-        for ep, e in sorted(eps.items()):
-            st = e["statuses"]
-            lines.append(
-                f"  {ep:<{w}} {e['attempts']:>8} {e['success']:>7} {st.get('429', 0):>6} "
-                f"{st.get('403', 0):>5}  {others(st)}"
-            )
-    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The scheduler priority queue that asks the gate which host is least loaded."""

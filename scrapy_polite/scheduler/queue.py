@@ -1,15 +1,9 @@
 """A scheduler queue that hands out requests of the least loaded host first.
 
-Scrapy's DownloaderAwarePriorityQueue counts requests in download slots,
-but requests held at the polite gates are not in a slot yet: a saturated
-host would keep winning and its waiting requests would fill
-``CONCURRENT_REQUESTS``, starving other hosts. This queue counts what the
-gate holds (in flight plus waiting) per host instead.
-
-Scrapy's queue looks at every slot with pending requests on each pop. This
-one keeps each pending slot's load up to date as the gate and the
-downloader change it, in buckets by load, so a pop costs O(log n) in the
-number of slots: a broad crawl keeps its speed with a slot per host.
+Requests held at the gate are not in a download slot yet, so Scrapy's
+DownloaderAwarePriorityQueue would let a saturated host fill
+``CONCURRENT_REQUESTS``; this queue counts what the gate holds per host, kept
+up to date in buckets by load, so a pop costs O(log n) in the number of slots.
 """
 
 from __future__ import annotations
@@ -29,6 +23,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Request
 
+    from scrapy_polite.gate.base import Gate
+
 #: Scrapy >= 2.14 breaks ties between equally loaded slots round-robin, by name
 #: after the last slot served; older releases take the smallest name.
 ROUND_ROBIN = hasattr(DownloaderAwarePriorityQueue, "_next_slot")
@@ -47,7 +43,7 @@ class _GateInterface(DownloaderInterface):
         gate = get_runtime(self._crawler).gate
         return [(self.load(gate, slot), slot) for slot in possible_slots]
 
-    def load(self, gate: Any, slot: str) -> int:
+    def load(self, gate: Gate, slot: str) -> int:
         return gate.host_load(slot) + compat.active_downloads(self.downloader, slot)
 
 
@@ -170,8 +166,8 @@ class LoadIndex:
 class PolitePriorityQueue(DownloaderAwarePriorityQueue):
     """DownloaderAwarePriorityQueue that also counts requests waiting at the gates.
 
-    With a gate that reports its load changes (``add_load_listener``) the loads
-    are kept in a :class:`LoadIndex`; otherwise every pop asks the gate for each slot.
+    The gate reports its load changes (``add_load_listener``), so the loads are kept
+    in a :class:`LoadIndex`; without one (None) every pop asks the gate for each slot.
     """
 
     def __init__(self, crawler: Crawler, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -180,14 +176,12 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         compat.set_downloader_interface(self, iface)
         gate = get_runtime(crawler).gate
         self._gate = gate
-        self._index: LoadIndex | None = None
-        if hasattr(gate, "add_load_listener"):
-            self._index = LoadIndex()
-            for slot in self.pqueues:
-                self._index.set(slot, iface.load(gate, slot))
-            gate.add_load_listener(self._gate_load)
-            crawler.signals.connect(self._reached, signal=signals.request_reached_downloader)
-            crawler.signals.connect(self._left, signal=signals.request_left_downloader)
+        self._index: LoadIndex | None = LoadIndex()
+        for slot in self.pqueues:
+            self._index.set(slot, iface.load(gate, slot))
+        gate.add_load_listener(self._gate_load)
+        crawler.signals.connect(self._reached, signal=signals.request_reached_downloader)
+        crawler.signals.connect(self._left, signal=signals.request_left_downloader)
 
     def _refresh(self, slot: str, adjust: int = 0) -> None:
         if self._index is not None and slot in self.pqueues:

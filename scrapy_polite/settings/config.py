@@ -16,9 +16,14 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from scrapy_polite.errors import PoliteConfigError, Shown
-from scrapy_polite.gate.redis.backend import HOST_TTL, PIN_TTL
-from scrapy_polite.pool.endpoints import Endpoint, expand, read_proxies_file, shown_url, split_proxies
+from scrapy_polite.pool.endpoints import Endpoint, load_endpoints, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
+
+#: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
+PIN_TTL = 3600.0
+#: A host's shared record (learned limits, grants, last rate signal) lives this long after
+#: its last use (POLITE_STATE_HOST_TTL).
+HOST_TTL = 24 * 3600.0
 
 #: Defaults, also used by the add-on and documented in the README table.
 DEFAULTS: dict[str, Any] = {
@@ -321,38 +326,11 @@ class PoliteConfig:
         *reload*, also when the file lists none, since an emptied file is most likely
         one being rewritten, and dropping its endpoints would strand their sessions.
         """
-        entries: list[Any] = list(self.proxies)
-        if self.proxies_file:
-            listed = _read_file("POLITE_PROXIES_FILE", self.proxies_file)
-            if reload and not listed:
-                raise PoliteConfigError("POLITE_PROXIES_FILE", self.proxies_file, "at least one proxy URL")
-            entries.extend(listed)
-        setting = "POLITE_PROXIES_FILE" if self.proxies_file and not self.proxies else "POLITE_PROXIES"
-        if self.proxy_tiers:
-            # The tiers are the pool; POLITE_PROXIES (and its file), if set too, come first as tier 0.
-            tiers = ([entries] if entries else []) + [
-                _read_file("POLITE_PROXY_TIERS", t) if isinstance(t, str) else list(t) for t in self.proxy_tiers
-            ]
-            entries, setting = [e for tier in tiers for e in tier], "POLITE_PROXY_TIERS"
-            ranks: dict[str, int] = {}
-            for rank, tier in enumerate(tiers):
-                for ep in expand(tier, self.gateway_sessions, setting)[0]:
-                    ranks.setdefault(ep.key, rank)
-            object.__setattr__(self, "endpoint_tiers", ranks)
-        endpoints, duplicates = expand(entries, self.gateway_sessions, setting)
-        if not endpoints:
-            raise PoliteConfigError(
-                "POLITE_PROXIES", [shown_url(p) if isinstance(p, str) else p for p in self.proxies],
-                "at least one proxy URL (in POLITE_PROXIES or POLITE_PROXIES_FILE)",
-            )
+        endpoints, duplicates, ranks = load_endpoints(
+            self.proxies, self.proxies_file, self.gateway_sessions, reload, self.proxy_tiers
+        )
+        object.__setattr__(self, "endpoint_tiers", ranks)
         return endpoints, duplicates
-
-
-def _read_file(setting: str, path: str) -> list[Any]:
-    try:
-        return read_proxies_file(path)
-    except OSError as exc:
-        raise PoliteConfigError(setting, path, f"a readable file ({exc.strerror or exc})") from None
 
 
 class _Reader:

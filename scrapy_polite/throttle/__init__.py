@@ -1,0 +1,1 @@
+"""The adaptive throttle: each host's concurrency and spacing learned from its answers."""

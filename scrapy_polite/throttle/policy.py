@@ -53,7 +53,8 @@ from scrapy_polite.runtime import enabled_runtime, get_runtime
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_polite.gate.local import HostState, LocalGate
+    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.state import HostState
     from scrapy_polite.pool.endpoints import Endpoint
     from scrapy_polite.settings.config import PoliteConfig
 
@@ -170,7 +171,7 @@ class ThrottlePolicy:
     def __init__(
         self,
         config: PoliteConfig,
-        gate: LocalGate,
+        gate: Gate,
         clock: Callable[[], float] = time.monotonic,
         notify: Callable[[str, dict[str, Any], dict[str, Any], str, dict[str, Any]], None] | None = None,
     ) -> None:
@@ -182,8 +183,7 @@ class ThrottlePolicy:
         self._dropped = 0
         #: Findings of hosts the gate evicted, bounded as the gate's (POLITE_HOST_MEMORY).
         self.memory: HostMemory[tuple[Any, ...]] = HostMemory(config.host_memory, config.state_pin_ttl)
-        if hasattr(gate, "on_host_evicted"):
-            gate.on_host_evicted(self._evicted)
+        gate.on_host_evicted(self._evicted)
 
     def _evicted(self, host: str) -> None:
         """The gate dropped *host*: drop its search state too, keeping its findings."""
@@ -468,8 +468,7 @@ class ThrottlePolicy:
         p.good = rate
         p.fail_streak = 0
         hold = self.config.recovery_window / (2 if p.moved else 1)
-        fleet_signal = getattr(self.gate, "last_signal", None)
-        if p.bad is None and fleet_signal is not None and now - fleet_signal(host) < hold:
+        if p.bad is None and now - self.gate.last_signal(host) < hold:
             # Another process sharing the host rate (POLITE_STATE) just met the limit and
             # stepped it down: hold with it, or every process would climb straight back.
             return []
@@ -666,9 +665,9 @@ class HostThrottle:
         """Use a robots.txt ``Crawl-delay`` as the host's minimum spacing."""
         if not request.url.endswith("/robots.txt") or response.status != 200:
             return
-        from scrapy.utils.httpobj import urlparse_cached
+        from scrapy_polite.downloader.proxy_meta import host_key
 
-        host = request.meta.get("download_slot") or urlparse_cached(request).hostname or ""
+        host = host_key(request, get_runtime(self.crawler).config.host_key)
         if host in self._robots_seen:
             return
         self._robots_seen[host] = None

@@ -1,30 +1,9 @@
 """The crawl side of a ``scrapy polite-tune`` trial: a hard request allowance and a stop on bans.
 
-``scrapy polite-tune`` runs each trial as ``scrapy crawl`` with
-``-s POLITE_TUNE_TRIAL_FILE=<path>`` and ``-s POLITE_TUNE_TRIAL_REQUESTS=<n>``.
-When the first is set, the add-on enables :class:`TrialGuard`, a
-downloader middleware placed before the polite middleware (600 < 650):
-
-- every request that reaches it counts; past the allowance it raises
-  ``IgnoreRequest``, before any endpoint is leased. Re-queued requests
-  (after a 429, a ban, a proxy failure), redirects, retries, robots.txt and
-  exit-IP probes all pass through it again, so nothing reaches the site
-  uncounted. Once the allowance is spent, the spider closes as soon as the
-  admitted requests have been sent (or after a short grace);
-- the first ban or challenge, as the response policy (``POLITE_RESPONSE_POLICY``)
-  judged the answer, stops the trial at once: no further request is admitted, the
-  requests waiting at the gate are dropped, and the spider closes;
-- at the end it writes a JSON result: what was admitted and sent, the
-  package's own numbers (:meth:`scrapy_polite.metrics.stats.PoliteStats.summary`),
-  and the 429s among *paced* answers: every answer except the first through
-  each endpoint. A fresh process starts with every endpoint idle, so those
-  first requests leave together, with no ``POLITE_DELAY`` before them;
-  against a host-wide limit that start-up burst alone gets 429s that a long
-  crawl would barely notice, whatever the settings. A delay that is too
-  short shows on the paced answers, which the search compares. Bans count
-  on every answer.
-
-These two settings are for trial crawls only; nothing else sets them.
+Enabled by the add-on when ``POLITE_TUNE_TRIAL_FILE`` is set (trial crawls
+only), before the polite middleware, so nothing over the allowance is leased an
+endpoint. At the end it writes a JSON result, with the 429s among *paced*
+answers. See docs/architecture.md, "Tuning".
 """
 
 from __future__ import annotations
@@ -95,6 +74,7 @@ class TrialGuard:
         self._opened_at = time.time()
         rt = get_runtime(crawler)
         self.runtime = rt
+        self.ban_codes = rt.config.ban_codes
         # Requests admitted but still waiting at the gate get this long to be sent.
         self.grace = max(5.0, 2 * rt.config.delay[1])
         crawler.signals.connect(self._outcome, signal=polite_signals.outcome_recorded)
@@ -134,9 +114,9 @@ class TrialGuard:
         else:
             self.paced_attempts += 1
             self.paced_rate_limited += outcome.rate_limited
-        self.statuses[str(outcome.status) if outcome.status is not None else outcome.exception or "?"] += 1
+        self.statuses[outcome.label] += 1
         # The response policy's verdict: a challenge is as much a sign of blocking as a ban.
-        if (outcome.ban or outcome.challenge) and self.first_ban is None:
+        if (outcome.is_ban(self.ban_codes) or outcome.challenge) and self.first_ban is None:
             self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
                               "time": outcome.time, "verdict": outcome.verdict}
             self.stop_reason = "blocked"

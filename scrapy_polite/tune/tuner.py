@@ -1,35 +1,9 @@
 """The search behind ``scrapy polite-tune``: which trial to run next, and what to recommend.
 
-The procedure is the package's own tuning advice, automated. Start at the
-defaults (host concurrency 2, one request per endpoint, a jittered delay of
-about a second), run a short trial, measure successful pages/min, then
-change **one** variable at a time:
-
-1. ``POLITE_DELAY``: down while each step is clean and faster; up instead
-   if the start already gets too many 429s, until a trial is clean.
-2. If the throttle had to widen the best trial's spacing (it does after a
-   429, to just above the gap that drew it), ``POLITE_DELAY`` set to that
-   spacing: the site's own answer, and what the best trial ran at after
-   its first 429s. Being the gentler setting, it replaces the best trial
-   unless it is clearly slower: by more than ``THROTTLED_TOLERANCE`` times
-   ``min_gain``, about how much trials this short vary.
-3. ``POLITE_HOST_CONCURRENCY``: up from the best delay while each step is
-   clean and faster.
-
-A trial is *acceptable* when it had no ban answer (403, see
-``POLITE_BAN_CODES``), had successful pages, and kept its 429 rate at or
-under ``max_429_rate``. A trial replaces the current best only if it is
-acceptable and beats it by ``min_gain``, so short, noisy trials break ties
-towards the gentler settings. The first ban ends the whole search: nothing
-is pushed after a site has started blocking.
-
-Every request counts against one budget. A trial is allowed
-``min(trial_requests, remaining)`` requests (the crawl itself enforces
-that allowance), and what it used is subtracted before the next trial is
-planned, so the sum over all trials never exceeds the budget.
-
-Nothing here runs a crawl: :class:`Tuner` is fed :class:`TrialResult`\\ s,
-which makes the search testable on its own.
+One variable at a time (``POLITE_DELAY``, then the throttle's spacing, then
+``POLITE_HOST_CONCURRENCY``), under one request budget; the first ban ends the
+search. Nothing here runs a crawl: :class:`Tuner` is fed :class:`TrialResult`\\ s,
+which makes the search testable on its own. See docs/architecture.md, "Tuning".
 """
 
 from __future__ import annotations

@@ -1,0 +1,149 @@
+"""What an answer or a failure does to the pool: rate signals, challenges, bans, proxy failures, and
+unclear failures put where the evidence points (the pair, the endpoint or the host)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.downloader import failures
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from scrapy_polite.downloader.identities import Identities
+    from scrapy_polite.downloader.response_policy import Verdict
+    from scrapy_polite.gate.local import Lease
+    from scrapy_polite.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+class Blame:
+    """Endpoint health and host slow-downs after each attempt, with their stats, logs and signals."""
+
+    def __init__(self, crawler: Crawler, runtime: Runtime, identities: Identities) -> None:
+        self.crawler = crawler
+        self.runtime = runtime
+        self.identities = identities
+        self.config = runtime.config
+        self.gate: Any = runtime.gate
+        self.stats = crawler.stats
+        self.evidence = failures.EvidenceTracker(
+            window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
+        )
+        if runtime.tiers is not None:
+            runtime.tiers.on_move = self._tier_moved
+
+    def answered(self, lease: Lease) -> None:
+        """An answer came through *lease*: its endpoint works and the pair's unclear failures are forgiven."""
+        self.gate.endpoint_ok(lease.endpoint.key)
+        self.evidence.success(lease.endpoint.key, lease.host)
+
+    def rate_limited(self, lease: Lease, status: int | None, delay: float, proxy_side: bool) -> None:
+        """A rate signal: the proxy's cools its endpoint; the site's goes to the throttle (or cools the pair)."""
+        ep = lease.endpoint
+        if proxy_side:
+            self.gate.cool_endpoint(ep.key, None, delay)
+        elif self.runtime.throttle is not None:
+            self.runtime.throttle.rate_limited(
+                lease.host, ep, delay, status, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at
+            )
+        else:
+            self.gate.cool_endpoint(ep.key, lease.host, delay)
+
+    def banned(self, lease: Lease, status: int) -> None:
+        """A ban: the endpoint rests for this host only, ``POLITE_BAN_DURATION`` seconds."""
+        ep, duration = lease.endpoint, self.config.ban_duration
+        self.gate.ban_endpoint(ep.key, lease.host, duration)
+        self.stats.inc_value("polite/bans")
+        logger.warning(
+            "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
+            lease.host, status, ep.label, lease.host, duration,
+        )
+
+    def challenged(self, request: Request, response: Response, lease: Lease, verdict: Verdict, delay: float) -> None:
+        """A challenge: the endpoint benched for the host longer than a 429 would, the host slowed for the pool."""
+        ep, bench = lease.endpoint, self.config.challenge_bench
+        self.gate.ban_endpoint(ep.key, lease.host, bench)
+        self.rate_limited(lease, response.status, delay, proxy_side=False)
+        # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
+        self.gate.pause_host(lease.host, delay)
+        logger.warning(
+            "scrapy-polite: %s sent a challenge (%s) to %s; benching it for %s for %.0f s",
+            lease.host, verdict.reason, ep.label, lease.host, bench,
+        )
+        self.crawler.signals.send_catch_log(
+            polite_signals.polite_challenge, request=request, response=response, host=lease.host,
+            endpoint=ep.label, session=lease.session, reason=verdict.reason,
+        )
+
+    def identity_flagged(self, request: Request, lease: Lease, verdict: Verdict) -> None:
+        """A challenge or ban marks the identity: the host's tier and the session hear of it."""
+        bench = self.config.ban_duration if verdict.kind == "ban" else self.config.challenge_bench
+        if self.runtime.tiers is not None:
+            self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
+        session = request.meta.get("polite_session")
+        if session is not None:
+            self.identities.retire(str(session), lease.endpoint.label, f"{verdict.kind}: {verdict.reason}")
+
+    def _tier_moved(self, host: str, old: int, new: int, way: str) -> None:
+        self.stats.inc_value(f"polite/tier/moves/{way}")
+        logger.warning(
+            "scrapy-polite: %s moves from proxy tier %d to tier %d (%s)", host, old, new,
+            "challenges or bans on its tier" if way == "up" else "a clean window",
+        )
+
+    def endpoint_failed(self, lease: Lease, reason: str) -> None:
+        st = self.gate.endpoints.get(lease.endpoint.key)
+        before = st.failures if st else 0
+        self.gate.endpoint_failed(lease.endpoint.key)
+        self.stats.inc_value("polite/endpoint_failures")
+        if st is not None:
+            state = "dead" if not self.gate.endpoint_usable(st) else "backoff"
+            logger.log(
+                logging.WARNING if before == 0 or state == "dead" else logging.DEBUG,
+                "scrapy-polite: endpoint %s failed (%s), %d in a row; %s until re-check",
+                lease.endpoint.label, reason, st.failures, state,
+            )
+            self.crawler.signals.send_catch_log(
+                polite_signals.endpoint_health_changed,
+                endpoint=lease.endpoint.label, state=state, reason=reason,
+            )
+
+    def unanswered(self, lease: Lease, reason: str, url: str) -> None:
+        """A timeout or a broken answer: blame whom the evidence points at, not the proxy by default."""
+        verdict = self.evidence.failure(lease.endpoint.key, lease.host, url)
+        self.stats.inc_value(f"polite/blame/{verdict.blame}")
+        if verdict.blame == failures.ENDPOINT:
+            self.endpoint_failed(lease, f"{reason}; its unclear failures point at the proxy")
+        elif verdict.blame == failures.HOST:
+            self._host_unanswered(lease.host, verdict.park, reason)
+        else:
+            base, cap = self.config.endpoint_backoff
+            seconds = min(cap, base * 2 ** (verdict.streak - 1))
+            # Benched for this host only (as a ban is): no rate signal, the other hosts unaffected.
+            self.gate.ban_endpoint(lease.endpoint.key, lease.host, seconds)
+            logger.debug(
+                "scrapy-polite: %s via %s: %s (%d in a row for this pair); that pair rests %.1f s",
+                lease.host, lease.endpoint.label, reason, verdict.streak, seconds,
+            )
+
+    def _host_unanswered(self, host: str, park: bool, reason: str) -> None:
+        """Several endpoints got no answer from *host*: slow the host down, or park it; the pool is fine."""
+        throttle = self.runtime.throttle
+        if throttle is not None:
+            done = throttle.unanswered(host, park)
+        else:
+            seconds = self.config.park_time[0]
+            self.gate.pause_host(host, seconds)
+            done = f"paused {seconds:.0f} s"
+        self.stats.inc_value("polite/hosts_parked" if park else "polite/hosts_slowed")
+        logger.warning(
+            "scrapy-polite: %s gave no answer (%s) to %d endpoints within %.0f s; the host is blamed, "
+            "not the proxies: %s",
+            host, reason, self.config.host_pause_endpoints, self.config.host_pause_window, done or "already slowed",
+        )

@@ -1,0 +1,30 @@
+"""The Redis gate's Lua scripts ship as files, and ACQUIRE reads its arguments by the names Python sends."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from scrapy_polite.gate.redis import scripts
+
+pytestmark = pytest.mark.once
+
+
+def test_every_script_loads_and_acquire_uses_exactly_the_named_arguments() -> None:
+    for name in scripts.NAMES:
+        assert "redis.call" in scripts.source(name)
+    lua = scripts.source("acquire")
+    assert set(re.findall(r"\bA\.(\w+)", lua)) == set(scripts.ACQUIRE_ARGS)
+    assert not re.search(r"ARGV\[\d+\]", lua)  # nothing read by position but the candidates
+
+
+def test_acquire_arguments_are_checked_by_name_and_the_reply_is_named() -> None:
+    named = {name: i for i, name in enumerate(scripts.ACQUIRE_ARGS)}
+    assert scripts.acquire_args(["e1", "e2"], **named) == [*range(len(named)), "e1", "e2"]
+    with pytest.raises(TypeError, match="pair_memory"):
+        scripts.acquire_args([], **{k: v for k, v in named.items() if k != "pair_memory"})
+    reply = scripts.parse_acquire(["host_full", "", "12.5", ["10", "2", "0.5", "1", "0", "0", "0", "2", "7"], [], ""])
+    assert reply.code == "host_full" and reply.at == 12.5
+    assert reply.host.limit == 2 and reply.host.inflight == 2 and reply.host.grants == 7
+    assert reply.host.gap == -1.0 and scripts.finite(reply.host.slack) == float("inf")
