@@ -122,7 +122,7 @@ async def test_a_custom_policy_is_honoured_by_stats_tune_and_report(sandbox, tmp
     sb = sandbox(SandboxConfig(sites=[ladder_site(pages=12)], proxies=ProxyConfig(count=3)))
     jsonl = tmp_path / "s.jsonl"
     settings = {"POLITE_PROXIES": sb.proxy_urls, "POLITE_RESPONSE_POLICY": "test_ladder.BodyPolicy",
-                "POLITE_CHALLENGE_RETRY_TIMES": 1, "POLITE_CHALLENGE_BENCH": 1.0, **FAST}
+                "POLITE_CHALLENGE_RETRY_TIMES": 1, "POLITE_CHALLENGE_BENCH": 5.0, **FAST}
     result = await crawl(CatalogueSpider, {**settings, "POLITE_STATS_JSONL": str(jsonl)}, start_url=sb.site_url("a"))
     log = sb.log()
     trap = [e for e in log if e["path"] == "/item/5"]
