@@ -52,6 +52,7 @@ def compute(log: list[dict[str, Any]], sc: Scenario, t0: float) -> dict[str, Any
         max_inflight_ip=max(e["inflight_ip"] for e in log),
         max_inflight_host=max(e["inflight_host"] for e in log),
     )
+    out["inside_retry_after"] = inside_retry_after(log, {s.name: s.retry_after for s in sc.config.sites})
     lat = [e["t_end"] - e["t_start"] for e in log]
     out["p50"], out["p95"] = percentile(lat, 0.5), percentile(lat, 0.95)
     # Steady state: the middle 80 % of successful requests, free of discovery ramp-up and tail.
@@ -98,6 +99,20 @@ def compute(log: list[dict[str, Any]], sc: Scenario, t0: float) -> dict[str, Any
     if len(rises) >= 2 and rises[-1].value and rises[-1].value > (rises[-2].value or 0):
         out["recovery"] = recovery(ok_starts, rises[-1].at, rises[-1].value, last)
     return out
+
+
+def inside_retry_after(log: list[dict[str, Any]], retry_after: dict[str, float]) -> int:
+    """Requests an IP sent to a site before the Retry-After of its last 429 there had passed."""
+    last: dict[tuple[str, str], float] = {}
+    inside = 0
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        key = (e["site"], e["ip"])
+        until = last.get(key)
+        if until is not None and e["t_start"] < until - 0.05:
+            inside += 1
+        if e["status"] == 429:
+            last[key] = e["t_end"] + retry_after.get(e["site"], 0.0)
+    return inside
 
 
 def recovery(ok_starts: list[float], rise: float, cap: float, end: float) -> dict[str, Any]:

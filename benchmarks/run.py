@@ -38,6 +38,8 @@ from scrapy_polite.sandbox import Sandbox  # noqa: E402
 HARD_MARGIN = 25.0
 GATEWAY_SESSIONS = 10
 POLITE = ("polite-defaults", "polite-adaptive")
+#: Scenarios where adaptive mode must reach 0.90 of the physical limit.
+ADAPTIVE_TARGETS = ("per-ip", "host-cap", "shifting", "multi-host", "both-bind")
 
 
 def rotating_proxies_problem() -> str | None:
@@ -49,9 +51,21 @@ def rotating_proxies_problem() -> str | None:
     return (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
-def run_one(sc: Scenario, client: str, out: Path) -> dict[str, Any]:
+def run_median(sc: Scenario, client: str, out: Path, runs: int) -> dict[str, Any]:
+    """*runs* crawls of one cell; the result of the run with the median steady efficiency, with every run's figures."""
+    if runs <= 1:
+        return run_one(sc, client, out)
+    each = [run_one(sc, client, out, i) for i in range(runs)]
+    each.sort(key=lambda r: r.get("steady_efficiency") or 0.0)
+    mid = dict(each[len(each) // 2])
+    mid["runs"] = [{k: r.get(k) for k in ("steady_efficiency", "efficiency", "rate_429", "s429", "s403", "ok")}
+                   for r in each]
+    return mid
+
+
+def run_one(sc: Scenario, client: str, out: Path, index: int = 0) -> dict[str, Any]:
     """One crawl of *client* on a fresh sandbox of *sc*; metrics from the access log."""
-    work = out / "runs" / f"{sc.name}--{client}"
+    work = out / "runs" / (f"{sc.name}--{client}" + (f"--{index}" if index else ""))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     sb = Sandbox(sc.config, work / "sandbox")
@@ -161,22 +175,29 @@ def checks(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             f"whole run {r['efficiency']:.3f}")
     else:
         add("polite-defaults on unlimited >= 0.95 of what spacing allows", None, None, "")
-    for sc, limit429, label in (("per-ip", 0.03, "3%"), ("host-cap", 0.05, "5%")):
+    for sc in ADAPTIVE_TARGETS:
         r = find(results, sc, "polite-adaptive")
-        name = f"polite-adaptive {sc} >= 0.85 of the limit, 429s < {label}, no 403s"
+        name = f"polite-adaptive {sc} >= 0.90 of the limit, 429s < 2%, no 403s, none inside Retry-After"
         if r:
             e = r.get("steady_efficiency") or 0.0
-            ok = e >= 0.85 and r["rate_429"] < limit429 and r["s403"] == 0
+            inside = r.get("inside_retry_after", 0)
+            ok = e >= 0.90 and r["rate_429"] < 0.02 and r["s403"] == 0 and inside == 0
             add(name, r, ok, f"steady {e:.3f} (whole run {r['efficiency']:.3f}); 429s {100 * r['rate_429']:.1f}% "
-                             f"({r['s429']}/{r['requests']}); 403s {r['s403']}")
+                             f"({r['s429']}/{r['requests']}); 403s {r['s403']}; inside Retry-After {inside}")
         else:
             add(name, None, None, "")
+    for sc in sorted({r["scenario"] for r in results}):
+        a, d = find(results, sc, "polite-adaptive"), find(results, sc, "polite-defaults")
+        if a and d and a.get("steady_efficiency") is not None and d.get("steady_efficiency") is not None:
+            ea, ed = a["steady_efficiency"], d["steady_efficiency"]
+            add(f"polite-adaptive not slower than polite-defaults on {sc}", a, ea >= ed,
+                f"steady {ea:.3f} vs {ed:.3f}")
     for client in POLITE:
         r = find(results, "shifting", client)
-        name = f"{client} shifting: back to >= 0.8 of the risen cap within 15 s"
+        name = f"{client} shifting: back to >= 0.8 of the risen cap within 10 s"
         rec = (r or {}).get("recovery") or {}
         secs = rec.get("seconds")
-        add(name, r, secs is not None and secs <= 15,
+        add(name, r, secs is not None and secs <= 10,
             (f"{secs:.1f} s" if secs is not None else
              f"not reached in {rec.get('observed_after_rise', 0):.0f} s observed")
             + f" (target {rec.get('target', 0):.1f} pages/s over 5 s; best 5 s window {rec.get('best_rate', 0):.2f})")
@@ -197,7 +218,8 @@ def report(data: dict[str, Any], out: Path) -> str:
     res = data["results"]
     lines = [f"# scrapy-polite benchmarks ({'quick' if data['quick'] else 'full'})", "",
              f"{data['started']}, {data['python']}, Scrapy {data['scrapy']}, {data['cpus']} CPUs, "
-             f"{data['jobs']} crawls at a time; total run time {data['run_seconds']:.0f} s.", "",
+             f"{data['jobs']} crawls at a time; total run time {data['run_seconds']:.0f} s"
+             + (f"; each cell the median of {data['runs']} runs." if data.get("runs", 1) > 1 else "."), "",
              "Every number comes from the sandbox's access log. *eff* = successful pages/s divided by the "
              "scenario's physical limit; *steady* uses the middle 80% of successful requests "
              "(no discovery ramp-up, no tail), *run* the whole crawl. † = the crawl lost items (gave up on pages "
@@ -210,8 +232,8 @@ def report(data: dict[str, Any], out: Path) -> str:
         lines.append(f"| {c['check']} | {verdict} | {c['detail']} |")
     lines += ["", "## Results", "",
               "| scenario | client | ok pages | pages/min | limit/s | eff run | eff steady | 429 | 403 | 409 "
-              "| lost items | items ok | max in-flight/IP | P50 ms | P95 ms | wall s | end |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+              "| in Retry-After | lost items | items ok | max in-flight/IP | P50 ms | P95 ms | wall s | end |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in res:
         items = (f"{r.get('flows_ok')}/{r.get('flows_total')} flows" if r.get("flows_total") is not None
                  else f"{r.get('items_ok', 0)}/{r.get('items_total')}")
@@ -220,7 +242,8 @@ def report(data: dict[str, Any], out: Path) -> str:
         lines.append("| " + " | ".join([
             r["scenario"], r["client"], fmt(r.get("ok")), fmt(r.get("pages_per_min"), ".0f"),
             fmt(r.get("limit")), fmt(r.get("efficiency")) + dag, fmt(r.get("steady_efficiency")) + dag,
-            fmt(r.get("s429")), fmt(r.get("s403")), fmt(r.get("s409")), fmt(r.get("lost_items")), items,
+            fmt(r.get("s429")), fmt(r.get("s403")), fmt(r.get("s409")), fmt(r.get("inside_retry_after")),
+            fmt(r.get("lost_items")), items,
             fmt(r.get("max_inflight_ip")), fmt((r.get("p50") or 0) * 1000, ".1f"),
             fmt((r.get("p95") or 0) * 1000, ".1f"), fmt(r["wall"], ".1f"), end]) + " |")
     sh = [r for r in res if r.get("recovery")]
@@ -306,6 +329,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated scenario names")
     parser.add_argument("--clients", default="", help="comma-separated client names")
     parser.add_argument("--no-overhead", action="store_true", help="skip the CPU and gate benchmarks")
+    parser.add_argument("--runs", type=int, default=1, help="crawls per cell; the median one is reported")
     ns = parser.parse_args()
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -329,7 +353,7 @@ def main() -> int:
 
     def job(cell: tuple[Scenario, str]) -> dict[str, Any]:
         sc, client = cell
-        r = run_one(sc, client, out)
+        r = run_median(sc, client, out, ns.runs)
         print(f"  {sc.name:12} {client:24} ok={r.get('ok', 0):4} eff={r.get('steady_efficiency') or 0:.2f} "
               f"429={r.get('s429', 0)} 403={r.get('s403', 0)} wall={r['wall']:.1f}s", flush=True)
         return r
@@ -340,7 +364,8 @@ def main() -> int:
     results.sort(key=lambda r: (order[r["scenario"]], clients.index(r["client"])))
     data: dict[str, Any] = {
         "quick": ns.quick, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "python": platform.python_version(),
-        "scrapy": scrapy.__version__, "cpus": _cpus(), "jobs": jobs, "clients": clients, "notes": notes,
+        "scrapy": scrapy.__version__, "cpus": _cpus(), "jobs": jobs, "runs": ns.runs, "clients": clients,
+        "notes": notes,
         "scenarios": [{"name": s.name, "description": s.description, "limit_note": s.limit_note,
                        "time_limit": s.time_limit, "page_budget": s.page_budget, "limit_steps": s.limit_steps}
                       for s in scenarios],

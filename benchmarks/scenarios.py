@@ -106,13 +106,26 @@ def build(quick: bool) -> list[Scenario]:
 
     scale = 1 if q else 3
     mh = [("fast", 2.0, 80 * scale), ("medium", 1.0, 40 * scale), ("slow", 0.5, 20 * scale)]
+    # The crawl cannot end before its slowest host: pages over the time the limits allow.
+    allowed = max(_catalogue_pages(p) / (n * r) for _, r, p in mh)
     out.append(Scenario(
-        "multi-host", "3 sites at 2, 1 and 0.5 req/s per IP (Retry-After 2/2/4 s), 8 proxies",
-        SandboxConfig(sites=[_site(name=nm, pages=p, per_ip_rate=r, per_ip_burst=1,
+        "multi-host", "3 sites at 2, 1 and 0.5 req/s per IP (Retry-After 2/2/4 s), latency 40-160 ms, 8 proxies",
+        SandboxConfig(sites=[_site(name=nm, pages=p, per_ip_rate=r, per_ip_burst=1, latency=[0.04, 0.16],
                                    retry_after=4 if nm == "slow" else 2) for nm, r, p in mh],
                       proxies=ProxyConfig(count=n, gateway=False)),
         time_limit=25 if q else 120, page_budget=sum(_catalogue_pages(p) for _, _, p in mh),
-        limit_note="8 proxies x (2 + 1 + 0.5) req/s", limit_steps=[(0.0, n * sum(r for _, r, _ in mh))],
+        limit_note=f"every site's pages over the {allowed:.1f} s its per-IP limit needs (8 proxies x 2, 1, 0.5 req/s)",
+        limit_steps=[(0.0, sum(_catalogue_pages(p) for _, _, p in mh) / allowed)],
+    ))
+
+    pages = 60 if q else 300
+    out.append(Scenario(
+        "both-bind", "1 req/s per IP and 3 req/s for the host at once, latency 40-160 ms, 4 proxies",
+        SandboxConfig(sites=[_site(pages=pages, per_ip_rate=1.0, per_ip_burst=1, host_rate=3.0, host_burst=1,
+                                   latency=[0.04, 0.16], retry_after=2)],
+                      proxies=ProxyConfig(count=4, gateway=False)),
+        time_limit=30 if q else 120, page_budget=_catalogue_pages(pages),
+        limit_note="min(4 proxies x 1 req/s, host 3 req/s)", limit_steps=[(0.0, 3.0)],
     ))
 
     n9, dead_at = 9, (6.0 if q else 30.0)

@@ -10,7 +10,7 @@ from scrapy.settings import BaseSettings
 logger = logging.getLogger(__name__)
 
 MIDDLEWARE = "scrapy_polite.downloader.middleware.PoliteProxyMiddleware"
-THROTTLE = "scrapy_polite.throttle.policy.HostThrottle"
+THROTTLE = "scrapy_polite.throttle.extension.HostThrottle"
 STATS = "scrapy_polite.metrics.stats.PoliteStats"
 QUEUE = "scrapy_polite.scheduler.queue.PolitePriorityQueue"
 TRIAL_GUARD = "scrapy_polite.tune.trial.TrialGuard"

@@ -16,7 +16,8 @@ from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
 from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_file
 from scrapy_polite.settings.config import PoliteConfig
-from scrapy_polite.throttle.policy import ThrottlePolicy, _crawl_delay
+from scrapy_polite.throttle.extension import _crawl_delay
+from scrapy_polite.throttle.policy import ThrottlePolicy
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
 
@@ -367,11 +368,11 @@ def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
     policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # far beyond the band: the host
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)  # back to the last clean rate
     assert gate.host("a").delay == (0.8, 1.6)  # spacing untouched
-    for _ in range(5):  # one step below the failure: hold
+    for _ in range(2):  # one step below the failure: hold
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 2)
-    ft.advance(20)  # a recovery window later: probe past it
+    ft.advance(1.5)  # the first hold (3 s) later: probe past it
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(2.5 * 1.1 ** 3)
 
@@ -511,13 +512,13 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
     ft.advance(2)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)
     first = gate.host("a").delay
-    assert first[0] == pytest.approx(0.95)
+    assert first[0] == pytest.approx(0.9)
     ft.advance(0.1)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)  # its gap began before the change: no step
     assert gate.host("a").delay == first
     ft.advance(1)
-    policy.ok("a", 200, gap=0.96, granted_at=ft.now)
-    assert gate.host("a").delay[0] == pytest.approx(0.95 ** 2)
+    policy.ok("a", 200, gap=0.91, granted_at=ft.now)
+    assert gate.host("a").delay[0] == pytest.approx(0.9 ** 2)
     policy.rate_limited("a", ep, 2.0, gap=0.9, slack=0.0, granted_at=ft.now)
     for _ in range(12):  # within a recovery window: the failure stays the floor
         ft.advance(1.5)

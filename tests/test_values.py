@@ -18,7 +18,7 @@ from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.downloader.splash import _target_headers
 from scrapy_polite.metrics.report import build, check_line, render
 from scrapy_polite.sandbox.config import LITERAL_RETRY_AFTER, SandboxConfig, SiteConfig
-from scrapy_polite.throttle.policy import _crawl_delay
+from scrapy_polite.throttle.extension import _crawl_delay
 
 NOW = 1_800_000_000.0
 

@@ -1,1 +1,1 @@
-"""The adaptive throttle: each host's concurrency and spacing learned from its answers."""
+"""The adaptive throttle: each host's per-IP spacing, host rate and concurrency, learned from its answers."""

@@ -1,0 +1,112 @@
+"""Attribution: whether a rate signal points at a per-IP limit or at a host-wide one.
+
+The evidence that separates the two:
+
+- **gaps**: a per-IP limit answers a short gap with a 429 and longer ones
+  cleanly; a host-wide limit does not care about one IP's gap, so a clean
+  answer after a gap as short as the failing one rules the IP out;
+- **rate**: a host-wide limit fails when the host's total rate is at a new
+  high, above the rates its clean answers were sent at;
+- **clusters**: 429s again on the same IP point at that IP; 429s on several
+  IPs within a moment point at the host.
+
+When both hypotheses have support, the cheaper remedy is tried first (the share
+of the host's throughput each would give up); the same IP limited again after
+the host rate was cut points at the IP.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+PER_IP = "per-ip"
+HOST = "host"
+#: A request whose endpoint had been free to go for at most this long (or this
+#: share of its gap: timers fire late) was held by its spacing.
+SLACK_TOLERANCE = 0.1
+GAP_TOLERANCE = 0.05
+#: A rate this share above every clean answer's is a new high.
+RATE_MARGIN = 0.05
+#: 429s on this many endpoints within ``MOMENT`` seconds cluster in time.
+MOMENT = 1.0
+MOMENT_ENDPOINTS = 2
+#: Clean answers with a known gap needed before a short gap not held by the
+#: spacing is taken for a per-IP limit on its own.
+MIN_CLEAN_GAPS = 8
+#: A remedy giving up at most this share of the host's throughput is cheap.
+CHEAP = 0.05
+#: A spacing raise is undone a step per spacing, a host-rate cut a step per clean
+#: answer: weighed against each other, the raise counts this many times over.
+SPACING_UNDO = 2.0
+
+
+@dataclass
+class Verdict:
+    blame: str
+    why: str
+    ambiguous: bool = False
+
+
+class Attribution:
+    """One host's recent answers, kept as the evidence for the next signal."""
+
+    def __init__(self) -> None:
+        #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
+        self.limited: deque[tuple[float, str]] = deque()
+        self.clean_rates: deque[tuple[float, float]] = deque()
+        #: (time, gap) of clean answers whose gap is known.
+        self.clean_gaps: deque[tuple[float, float]] = deque()
+        self.last_ambiguous: tuple[float, str] | None = None
+
+    def clean(self, sent: float, now: float, window: float, gap: float = math.inf) -> None:
+        self.clean_rates.append((now, sent))
+        if math.isfinite(gap):
+            self.clean_gaps.append((now, gap))
+        self._expire(now, window)
+
+    def _expire(self, now: float, window: float) -> None:
+        for q in (self.limited, self.clean_rates, self.clean_gaps):
+            while q and q[0][0] < now - window:
+                q.popleft()
+
+    def decide(
+        self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
+        spacing_cost: float = 0.0, rate_cost: float = 0.0,
+    ) -> Verdict:
+        """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives up)."""
+        self._expire(now, window)
+        repeats = sum(k == endpoint for _, k in self.limited)
+        moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
+        self.limited.append((now, endpoint))
+        if not math.isfinite(gap):
+            return Verdict(HOST, "no gap known for the endpoint")
+        held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
+        if not math.isfinite(shortest_clean):
+            # No clean gap to compare with: the spacing held the request or it did not.
+            return Verdict(PER_IP, "held by its spacing") if held else Verdict(HOST, "not held by its spacing")
+        if gap >= shortest_clean:
+            return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
+        highest = max((r for _, r in self.clean_rates), default=0.0)
+        rate_high = sent > highest * (1 + RATE_MARGIN) and sent > 0
+        time_cluster = moment >= MOMENT_ENDPOINTS
+        ip_side = "shorter than every clean gap" + (f", {repeats + 1} on this endpoint" if repeats else "")
+        # Held by its spacing, the gap was the spacing's; held by something else (the
+        # host rate), it is only telling once enough clean gaps were seen.
+        # A raise that would cost throughput needs that evidence and a cheap one does not.
+        telling = held or (len(self.clean_gaps) >= MIN_CLEAN_GAPS and spacing_cost <= CHEAP)
+        if not rate_high and telling:
+            return Verdict(PER_IP, ip_side + (f"; {moment} endpoints within {MOMENT:g} s" if time_cluster else ""))
+        host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"
+        if rate_high and time_cluster and not repeats:
+            return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
+        # Both have support: the cheaper remedy first; the same endpoint limited again
+        # after the host rate was tried points at the endpoint.
+        cheaper = PER_IP if spacing_cost * SPACING_UNDO <= rate_cost else HOST
+        last = self.last_ambiguous
+        if repeats and last is not None and now - last[0] < window and last[1] == HOST:
+            cheaper = PER_IP
+        self.last_ambiguous = (now, cheaper)
+        return Verdict(cheaper, f"ambiguous ({ip_side} / {host_side}; costs: spacing {spacing_cost:.0%}, "
+                                f"host rate {rate_cost:.0%}): probing {cheaper}", True)

@@ -1,0 +1,175 @@
+"""Host-rate estimator: the highest total rate (req/s, all exit IPs together) a host accepts.
+
+Searched as TCP searches a window: a step up per clean answer sent at the current
+rate, back to the clean rate it climbed from on a signal (or a step down that
+doubles with each signal in a row), then a hold one step below the rate that
+failed before a probe one step past it. A probe that finds the same ceiling
+doubles the next hold (re-probing rarely); a limit seen to move halves it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+#: Each clean answer sent at the current host rate raises it by this share; a
+#: host holds one step below the rate that last failed.
+STEP = 0.1
+#: The rate actually sent is measured over this many seconds of gate grants
+#: (at least ``SPAN_MIN``), for a first cut when the host had no rate yet.
+WINDOW = 3.0
+SPAN_MIN = 1.0
+#: When fewer than this share of the answers over ``WINDOW`` were clean (out of
+#: at least ``MIN_ANSWERS``), the host takes the rate sent times that share.
+CLEAN_SHARE = 0.8
+MIN_ANSWERS = 10
+#: Adaptive mode's first hold below a rate that failed, seconds; each probe that
+#: meets the same ceiling doubles it, up to ``POLITE_RECOVERY_WINDOW`` (the hold
+#: without adaptive mode).
+HOLD_FIRST = 3.0
+#: Signals less than this many seconds apart are one run: a clean answer between
+#: them neither ends the run (each signal steps down further) nor climbs.
+RUN = 0.4
+
+
+class _Keep:
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+#: "Leave the host rate as it is", as opposed to ``None`` ("no host rate").
+KEEP = _Keep()
+
+
+@dataclass
+class Signal:
+    """What a host-blamed signal tells the rate search."""
+
+    rate: float | None  #: the host rate in force (None: none set)
+    sent: float  #: req/s the gate granted over ``WINDOW``
+    wide: bool  #: several endpoints were limited at once
+    backoff: float  #: POLITE_BACKOFF_FACTOR
+
+
+class RateSearch:
+    """One host's search for its host-wide limit."""
+
+    def __init__(self) -> None:
+        #: The rate last answered cleanly, and the one that drew the last signal.
+        self.good: float | None = None
+        self.bad: float | None = None
+        #: Whether ``bad`` is a limit found at a set host rate (not a burst's rate).
+        self.bad_found = False
+        #: Where the limit was last found, and whether it has been seen to move.
+        self.ceiling: float | None = None
+        self.moved = False
+        self.fail_streak = 0
+        #: Whether this hold has already forgiven one signal below ``bad`` as noise.
+        self.forgiven = False
+        #: Probes that met the same ceiling again: each doubles the next hold.
+        self.confirmed = 0
+        #: Answers to requests granted before this were sent at an older host rate.
+        self.changed = -math.inf
+        self.last_limited = -math.inf
+        #: Whether the rate is past a hold, probing: its next signal may confirm the ceiling.
+        self.probing = False
+        self.grants: deque[tuple[float, int]] = deque()
+        self.answers: deque[tuple[float, bool]] = deque()
+
+    # -- measurements ------------------------------------------------------
+
+    def sent_rate(self, grants: int, now: float) -> float:
+        """Requests per second granted over the last ``WINDOW`` seconds (*grants*: the gate's count)."""
+        self.grants.append((now, grants))
+        while len(self.grants) > 2 and self.grants[1][0] <= now - WINDOW:
+            self.grants.popleft()
+        t0, g0 = self.grants[0]
+        return max(0, grants - g0) / max(now - t0, SPAN_MIN)
+
+    def answer(self, clean: bool, now: float) -> None:
+        self.answers.append((now, clean))
+        while self.answers[0][0] < now - WINDOW:
+            self.answers.popleft()
+
+    def accepted(self, sent: float) -> float | None:
+        """When many recent answers failed, what the host took: the rate sent times the clean share."""
+        share = sum(clean for _, clean in self.answers) / max(1, len(self.answers))
+        if len(self.answers) >= MIN_ANSWERS and sent > 0 and share < CLEAN_SHARE:
+            return sent * share
+        return None
+
+    def hold(self, window: float, fast: bool = True) -> float:
+        """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's short holds)."""
+        longest = window / (2 if self.moved else 1)
+        return min(longest, HOLD_FIRST * 2 ** self.confirmed) if fast else longest
+
+    # -- steps -----------------------------------------------------------------
+
+    def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
+        """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
+        self.last_limited = now
+        probe, self.probing = self.probing, False
+        accepted = self.accepted(s.sent)
+        if s.rate is not None:
+            self.fail_streak += 1
+            if self.good is not None and self.good < s.rate:
+                new = self.good
+            else:
+                new = s.rate / (1 + STEP) ** (2 ** (self.fail_streak - 1))
+            failed = s.rate
+            if accepted is not None and accepted < new:
+                new = max(accepted, s.rate * s.backoff)
+                failed = new * (1 + STEP)
+            new = max(new, s.rate * s.backoff)
+        elif s.wide and accepted is not None:
+            new, failed = accepted, accepted * (1 + STEP)
+        elif s.wide and s.sent > 0:
+            new, failed = s.sent * s.backoff, s.sent
+        else:
+            return KEEP
+        if s.rate is None:
+            pass  # a burst with no host rate says little about where the limit is
+        elif self.ceiling is None:
+            self.ceiling = failed
+        elif failed < self.ceiling / (1 + STEP) ** 2:
+            self.moved, self.confirmed = True, 0
+            self.ceiling = failed
+        elif self.ceiling / (1 + STEP) * (1 - 1e-9) <= failed <= self.ceiling * (1 + STEP) ** 2:
+            if probe:
+                # A probe met the same ceiling again: re-probe less often; met at or past it,
+                # hold closer under it.
+                self.confirmed += 1
+                if failed >= self.ceiling * (1 - 1e-9) and accepted is None:
+                    new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
+            self.ceiling = min(self.ceiling, failed)
+        elif failed > self.ceiling:
+            self.ceiling = failed
+        if self.bad_found and self.bad is not None and failed < self.bad and not self.forgiven and accepted is None:
+            self.forgiven = True  # one signal below the ceiling per hold is noise
+        else:
+            self.bad, self.bad_found = failed, s.rate is not None
+        self.good = None
+        return new
+
+    def clean(self, rate: float, now: float, window: float, pool_rate: float,
+              fleet_held: bool = False, fast: bool = True) -> float | None | _Keep:
+        """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits nothing)."""
+        if now - self.last_limited < RUN:
+            return KEEP  # inside a run of signals: a request that slipped through says little
+        self.good = rate
+        self.fail_streak = 0
+        hold = self.hold(window, fast)
+        if self.bad is None and fleet_held:
+            return KEEP  # another process sharing the host rate just stepped it down
+        if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
+            if now - self.changed < hold:
+                return KEEP  # hold one step below the rate that failed
+            self.bad = None  # then probe past it: limits move
+            self.forgiven = False
+            self.probing = True
+        if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
+            self.moved, self.confirmed = True, 0
+        if self.bad is None and rate > (1 + STEP) * pool_rate:
+            return None
+        return rate * (1 + STEP)

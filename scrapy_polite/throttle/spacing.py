@@ -1,0 +1,96 @@
+"""Per-IP spacing estimator: the shortest gap between two requests of one exit IP a host accepts."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+#: A per-IP signal puts the spacing band this share above the gap that drew it;
+#: a shorter clean gap within ``REACH`` above it is taken instead.
+MARGIN = 0.05
+REACH = 0.5
+#: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
+#: known, at least ``BISECT_STEP`` and halfway to just above it) and of the jitter
+#: band, down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
+STEP = 0.9
+BISECT_STEP = 0.95
+JITTER_STEP = 0.5
+MIN_JITTER = 0.05
+#: Each clean window eases the memory of the longest failing gap by this factor,
+#: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
+BAD_GAP_DECAY = 0.85
+#: Without adaptive mode, a clean window narrows raised spacing back toward
+#: ``POLITE_DELAY`` by this factor.
+SHRINK = 0.85
+
+Band = tuple[float, float]
+
+
+class SpacingEstimator:
+    """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
+
+    def __init__(self) -> None:
+        self.bad_gap = 0.0
+        self.changed = -math.inf
+        #: Clean answers' gaps over the last window, (time, gap), gaps increasing.
+        self.clean_gaps: deque[tuple[float, float]] = deque()
+
+    def clean(self, gap: float, now: float, window: float) -> None:
+        if math.isfinite(gap):
+            while self.clean_gaps and self.clean_gaps[-1][1] >= gap:
+                self.clean_gaps.pop()
+            self.clean_gaps.append((now, gap))
+        while self.clean_gaps and self.clean_gaps[0][0] < now - window:
+            self.clean_gaps.popleft()
+
+    def shortest_clean(self, now: float, window: float) -> float:
+        self.clean(math.inf, now, window)
+        return self.clean_gaps[0][1] if self.clean_gaps else math.inf
+
+    def target(self, gap: float, now: float, window: float) -> float:
+        """Where a signal after *gap* puts the spacing: just above it, or the shortest
+        clean gap if that is not far above it (a known-good spacing beats a guess)."""
+        return max(gap * (1 + MARGIN), min(self.shortest_clean(now, window), gap * (1 + REACH)))
+
+    def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float) -> Band | None:
+        """The band just above *gap*, which was too short (``None``: the band already is)."""
+        self.bad_gap = max(self.bad_gap, gap)
+        lo, hi = band
+        new_lo = min(self.target(gap, now, window), ceiling)
+        if new_lo <= lo:
+            return None
+        new_hi = new_lo * (1 + MIN_JITTER)
+        if not adaptive:
+            new_hi = max(new_hi, hi)  # never narrower than POLITE_DELAY without adaptive mode
+        self.changed = now
+        return (new_lo, new_hi)
+
+    def floor(self, configured: float) -> float:
+        """The shortest spacing *configured* and the longest failing gap allow."""
+        return max(configured, self.bad_gap * (1 + MARGIN))
+
+    def narrowed(self, band: Band, floor: float, now: float) -> Band | None:
+        """Adaptive mode: one step below *band*, never under *floor*."""
+        lo, hi = band
+        # Without a failure known, a step down; with one, at least halfway to just above it.
+        step = lo * STEP if self.bad_gap <= 0 else min(lo * BISECT_STEP, (lo + floor) / 2)
+        new_lo = min(lo, max(floor, step))
+        new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
+        if new_hi >= hi - 1e-6:
+            return None
+        self.changed = now
+        return (new_lo, new_hi)
+
+    def decay(self) -> None:
+        """A clean window: let go of a little of the failing gap."""
+        self.bad_gap *= BAD_GAP_DECAY
+
+    def restored(self, band: Band, base: Band, floor: float) -> Band | None:
+        """Without adaptive mode: a clean window brings a raised band back toward *base*."""
+        lo, hi = band
+        if lo > floor + 1e-9:
+            new_lo = max(floor, lo * SHRINK)
+            return (new_lo, max(base[1], hi * new_lo / lo))
+        if hi > base[1] + 1e-9 and lo <= base[0] + 1e-9:
+            return base
+        return None

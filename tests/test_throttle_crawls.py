@@ -1,0 +1,162 @@
+"""The throttle against real limits: each host's per-IP spacing and host rate found from its own 429s.
+
+Every check comes from the sandbox's access log, or from the throttle's own
+change signals where the question is what it decided.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import pytest_twisted
+from conftest import crawl
+from example_project.spiders.catalogue import CatalogueSpider
+from logcheck import items_fetched, quiet_after, statuses
+
+from scrapy_polite import signals as polite_signals
+from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
+
+pytestmark = pytest.mark.slow
+
+
+def site(**kw: Any) -> SiteConfig:
+    kw.setdefault("name", "a")
+    kw.setdefault("latency", [0.04, 0.16])
+    kw.setdefault("per_ip_burst", 1)
+    return SiteConfig(**kw)
+
+
+class Changes:
+    """The throttle's decisions as the crawl made them: (host, events, evidence)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = []
+
+    def connect(self, crawler: Any) -> None:
+        crawler.signals.connect(self._changed, signal=polite_signals.host_throttle_changed)
+
+    def _changed(self, host: str, events: list[dict[str, Any]], evidence: dict[str, Any], **kw: Any) -> None:
+        self.seen.append((host, events, evidence))
+
+    def concurrency_cuts_on_per_ip_signals(self) -> int:
+        return sum(e["to"] < e["from"] for _, events, ev in self.seen if ev.get("blame") == "per-ip"
+                   for e in events if e["change"] == "concurrency")
+
+    def last_spacing(self, host: str) -> list[float] | None:
+        spacing = [e["to"] for h, events, _ in self.seen if h == host for e in events if e["change"] == "spacing"]
+        return spacing[-1] if spacing else None
+
+
+async def adaptive_crawl(sb: Any, names: str = "a", **settings: Any) -> tuple[Any, Changes]:
+    """One adaptive crawl of the sandbox's sites *names*, with the throttle's decisions."""
+    changes = Changes()
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True, **settings},
+                         changes.connect, start_url=" ".join(sb.site_url(n) for n in names.split()))
+    return result, changes
+
+
+def host_of(sb: Any, name: str) -> str:
+    return urlparse(sb.site_url(name)).hostname or ""
+
+
+def check_log(log: list[dict[str, Any]], result: Any, sites: dict[str, tuple[int, float]], max_429: float) -> None:
+    """Nothing lost, no block, nobody back inside a Retry-After, and few 429s (*sites*: name -> pages, Retry-After)."""
+    counts = statuses(log)
+    assert counts.get(403, 0) == 0
+    for name, (pages, retry_after) in sites.items():
+        assert sorted(items_fetched(log, name)) == list(range(1, pages + 1)), name
+        early = [g for g, _ in quiet_after(log, site=name) if g < retry_after - 0.05]
+        assert not early, f"{name}: {len(early)} requests inside a Retry-After window"
+    assert not result.stats.get("polite/gave_up")
+    share = counts.get(429, 0) / len(log)
+    assert share <= max_429, f"{share:.1%} of requests answered 429"
+
+
+def per_ip_gaps(log: list[dict[str, Any]], name: str, after: float) -> list[float]:
+    starts: dict[str, list[float]] = defaultdict(list)
+    for e in sorted(log, key=lambda e: e["t_start"]):
+        if e["site"] == name and e["t_start"] >= after:
+            starts[e["ip"]].append(e["t_start"])
+    return sorted(b - a for ts in starts.values() for a, b in zip(ts, ts[1:]))
+
+
+def median(values: list[float]) -> float:
+    return values[len(values) // 2]
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+@pytest_twisted.ensureDeferred
+async def test_per_ip_limit_raises_the_spacing_and_never_cuts_concurrency(sandbox, adaptive: bool) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=60, per_ip_rate=1.0, retry_after=2)], proxies=ProxyConfig(count=8)))
+    changes = Changes()
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": adaptive},
+                         changes.connect, start_url=sb.site_url("a"))
+    log = sb.log()
+    check_log(log, result, {"a": (60, 2.0)}, max_429=0.08)
+    assert statuses(log).get(429, 0) > 0, "the scenario must draw 429s"
+    assert changes.concurrency_cuts_on_per_ip_signals() == 0
+    spacing = changes.last_spacing(host_of(sb, "a"))
+    assert spacing is not None and spacing[0] >= 0.95  # just under 1 s at most (timers fire late)
+
+
+@pytest_twisted.ensureDeferred
+async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) -> None:
+    sb = sandbox(SandboxConfig(sites=[site(pages=50, host_rate=3.0, host_burst=1, retry_after=2)],
+                               proxies=ProxyConfig(count=8)))
+    result, changes = await adaptive_crawl(sb)
+    log = sb.log()
+    check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
+    # 8 IPs at 3 req/s: each IP can wait 2.7 s, so a spacing that needs more is a host limit taken for a
+    # per-IP one; the pool must keep the rate, not the spacing, as its limit.
+    spacing = changes.last_spacing(host_of(sb, "a"))
+    assert spacing is None or spacing[0] < 2.0, f"spacing raised to {spacing}"
+    # The host rate answers for the cap: the host is never paused on top (2 s of silence).
+    starts = sorted(e["t_start"] for e in log)
+    first_429 = min(e["t_end"] for e in log if e["status"] == 429)
+    silent = max(b - a for a, b in zip(starts, starts[1:]) if a >= first_429)
+    assert silent < 1.5, f"the host went quiet for {silent:.1f} s"
+    ok = [e["t_start"] for e in log if e["status"] == 200]
+    half = ok[len(ok) // 2:]
+    assert len(half) / (half[-1] - half[0]) >= 0.75 * 3.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_three_hosts_with_different_per_ip_limits_are_each_found_independently(sandbox) -> None:
+    limits = {"fast": (2.0, 80), "medium": (1.0, 40), "slow": (0.5, 30)}
+    sb = sandbox(SandboxConfig(sites=[site(name=n, pages=p, per_ip_rate=r, retry_after=2)
+                                      for n, (r, p) in limits.items()], proxies=ProxyConfig(count=8)))
+    result, changes = await adaptive_crawl(sb, " ".join(limits), POLITE_DELAY_FLOOR=0.3)
+    log = sb.log()
+    check_log(log, result, {n: (p, 2.0) for n, (_, p) in limits.items()}, max_429=0.12)
+    assert changes.concurrency_cuts_on_per_ip_signals() == 0
+    t0 = min(e["t_start"] for e in log)
+    for name, (rate, _) in limits.items():
+        spacing = changes.last_spacing(host_of(sb, name))
+        per_ip = 1 / rate
+        if spacing is not None:  # the slow host's spacing rises to its limit, the others' stay near theirs
+            assert spacing[0] >= per_ip * 0.9, (name, spacing)
+            assert spacing[0] <= max(per_ip * 1.6, 1.7), (name, spacing)
+        site_log = [e for e in log if e["site"] == name]
+        assert statuses(site_log).get(429, 0) <= 0.2 * len(site_log), name
+    # The fast host is not slowed to the slow one's spacing.
+    fast, slow = per_ip_gaps(log, "fast", t0 + 2), per_ip_gaps(log, "slow", t0 + 2)
+    assert fast and slow and median(fast) < 0.6 * median(slow)
+
+
+@pytest_twisted.ensureDeferred
+async def test_per_ip_and_host_wide_limits_binding_at_once(sandbox) -> None:
+    # 4 IPs at 1 req/s each (4 req/s) and 3 req/s for the host: both bind within a few 429s.
+    sb = sandbox(SandboxConfig(sites=[site(pages=50, per_ip_rate=1.0, host_rate=3.0, host_burst=1, retry_after=2)],
+                               proxies=ProxyConfig(count=4)))
+    result, changes = await adaptive_crawl(sb)
+    log = sb.log()
+    check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
+    assert changes.concurrency_cuts_on_per_ip_signals() == 0
+    gaps = per_ip_gaps(log, "a", min(e["t_start"] for e in log))
+    assert gaps and sum(g < 1.0 - 0.05 for g in gaps) <= 0.1 * len(gaps)  # under the per-IP limit
+    ok = [e["t_start"] for e in log if e["status"] == 200]
+    half = ok[len(ok) // 2:]
+    assert len(half) / (half[-1] - half[0]) >= 0.7 * 3.0  # and near the host's

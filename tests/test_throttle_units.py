@@ -1,0 +1,286 @@
+"""The throttle's units on fake clocks: spacing, host rate, concurrency, attribution, and their composition."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_units import config, make_gate
+
+from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
+from scrapy_polite.throttle.concurrency import ConcurrencyModel
+from scrapy_polite.throttle.policy import ThrottlePolicy
+from scrapy_polite.throttle.rate import HOLD_FIRST, KEEP, RateSearch, Signal
+from scrapy_polite.throttle.spacing import SpacingEstimator
+
+pytestmark = pytest.mark.once
+
+W = 20.0  # a recovery window
+
+
+# -- spacing -------------------------------------------------------------------
+
+
+def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> None:
+    s = SpacingEstimator()
+    # No clean gap known: REACH (50 %) above the failure, a big first step.
+    assert s.raised(1.0, (0.8, 1.6), 10.0, True, 0.0, W) == pytest.approx((1.5, 1.5 * 1.05))
+    s = SpacingEstimator()
+    s.clean(1.3, 1.0, W)
+    s.clean(2.0, 1.1, W)
+    assert s.shortest_clean(1.2, W) == 1.3
+    band = s.raised(1.2, (1.0, 1.1), 10.0, True, 1.2, W)
+    assert band is not None and band[0] == pytest.approx(1.3)  # the known-clean gap, within REACH above
+    assert s.raised(1.0, band, 10.0, True, 1.3, W) is None  # already above
+
+
+def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slowly() -> None:
+    s = SpacingEstimator()
+    s.raised(0.9, (0.5, 0.5), 10.0, True, 0.0, W)
+    band = (1.2, 1.3)
+    for _ in range(30):
+        nxt = s.narrowed(band, s.floor(0.3), 1.0)
+        if nxt is None:
+            break
+        band = nxt
+    assert band[0] == pytest.approx(0.9 * 1.05)
+    s.decay()
+    assert s.floor(0.3) < 0.9 * 1.05
+
+
+def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
+    s = SpacingEstimator()
+    band = s.raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W)
+    assert band is not None and band[1] == 1.6
+    for _ in range(20):
+        s.decay()
+        band = s.restored(band, (0.8, 1.6), s.floor(0.8)) or band
+    assert band == (0.8, 1.6)
+
+
+# -- host rate -----------------------------------------------------------------
+
+
+def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> None:
+    r = RateSearch()
+    assert r.clean(4.0, 0.0, W, math.inf) == pytest.approx(4.4)
+    r.changed = 0.0
+    assert r.limited(Signal(4.4, 4.4, False, 0.5)) == pytest.approx(4.0)  # the rate it climbed from
+    r.changed = 1.0
+    assert r.clean(4.0, 1.0 + HOLD_FIRST - 0.1, W, math.inf) is KEEP  # one step below the failure: hold
+    assert r.clean(4.0, 1.0 + HOLD_FIRST + 0.1, W, math.inf) == pytest.approx(4.4)  # then probe
+
+
+def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_the_window() -> None:
+    r = RateSearch()
+    holds = []
+    for t in range(6):
+        r.clean(4.0, 10.0 * t, W, math.inf)
+        r.limited(Signal(4.4, 4.4, False, 0.5), 10.0 * t + 1)
+        holds.append(r.hold(W))
+    assert holds == [HOLD_FIRST, HOLD_FIRST * 2, HOLD_FIRST * 4, W, W, W]  # re-probing rarely
+    r.clean(4.0, 100.0, W, math.inf)
+    assert r.limited(Signal(4.4, 4.4, False, 0.5), 101.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
+    r.limited(Signal(2.0, 2.0, False, 0.5), 110.0)  # far below it: the limit moved
+    assert r.moved and r.hold(W) == HOLD_FIRST
+
+
+def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_not_end_the_run() -> None:
+    r = RateSearch()
+    assert r.clean(6.0, 0.0, W, math.inf) == pytest.approx(6.6)
+    first = r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
+    assert first == pytest.approx(6.0)
+    assert r.clean(6.0, 1.2, W, math.inf) is KEEP
+    assert r.limited(Signal(6.0, 6.0, False, 0.5), 1.3) == pytest.approx(6.0 / 1.1 ** 2)
+    assert r.limited(Signal(5.0, 5.0, False, 0.5), 1.5) == pytest.approx(5.0 / 1.1 ** 4)
+
+
+def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() -> None:
+    r = RateSearch()
+    r.clean(6.0, 0.0, W, math.inf)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)  # the ceiling: 6.6
+    for t, rate in ((2.0, 6.0), (3.0, 5.5), (4.0, 6.2)):  # a run down past it, each one a lone signal
+        r.changed = t - 0.5  # each signal set a new rate just before
+        r.clean(rate, t, W, math.inf)
+        r.limited(Signal(rate, rate, False, 0.5), t + 0.5)
+    assert r.confirmed == 0 and r.hold(W) == HOLD_FIRST
+
+
+def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
+    r = RateSearch()
+    for i in range(12):
+        r.answer(i % 2 == 0, i * 0.1)
+    assert r.limited(Signal(6.0, 6.0, False, 0.5)) == pytest.approx(max(3.0, 6.0 * 6 / 12))
+
+
+def test_rate_with_no_host_rate_ignores_a_lone_signal_and_cuts_a_wide_burst() -> None:
+    r = RateSearch()
+    assert r.limited(Signal(None, 8.0, False, 0.5)) is KEEP
+    assert r.limited(Signal(None, 8.0, True, 0.5)) == pytest.approx(4.0)
+
+
+def test_rate_past_what_the_pool_can_send_is_dropped() -> None:
+    assert RateSearch().clean(10.0, 0.0, W, 8.0) is None
+
+
+# -- concurrency -------------------------------------------------------------
+
+
+def test_concurrency_is_rate_times_latency_with_headroom_within_bounds() -> None:
+    c = ConcurrencyModel()
+    assert c.needed(10.0, 2, 8) == 2  # no latency measured yet: the configured value
+    for _ in range(30):
+        c.observe(0.2)
+    assert c.latency == pytest.approx(0.2, rel=1e-3)
+    assert c.needed(10.0, 2, 8) == 4  # 10 req/s x 0.2 s x 2
+    assert c.needed(100.0, 2, 8) == 8
+    assert c.needed(1.0, 2, 8) == 2
+    assert c.needed(12.0, 2, 8, current=6) == 6  # a need of 5 is not well below 6: no flapping
+    assert c.needed(5.0, 2, 8, current=6) == 2
+
+
+def test_concurrency_cut_once_per_window_caps_the_derived_value_and_clean_windows_lift_it() -> None:
+    c = ConcurrencyModel()
+    for _ in range(30):
+        c.observe(0.2)
+    assert c.cut(8, 0.5, 0.0, W) == 4
+    assert c.cut(4, 0.5, 1.0, W) is None  # one per window
+    assert c.needed(100.0, 2, 8) == 4
+    c.clean_window(4, 8)
+    assert c.needed(100.0, 2, 8) == 8
+
+
+def test_concurrency_cut_at_one_counts_floor_hits() -> None:
+    c = ConcurrencyModel()
+    assert c.cut(1, 0.5, 0.0, W) is None and c.floor_hits == 1
+
+
+# -- attribution ------------------------------------------------------------
+
+
+def test_a_gap_shorter_than_every_clean_one_is_per_ip_even_when_the_host_rate_held_the_request() -> None:
+    a = Attribution()
+    a.clean(3.0, 0.0, W, 2.0)
+    v = a.decide("e1", gap=1.4, slack=0.6, shortest_clean=2.0, sent=3.0, now=1.0, window=W)
+    assert v.ambiguous  # one clean gap says little about a request the spacing did not hold
+    for t in range(8):
+        a.clean(3.0, 2.0 + t, W, 2.0 + t / 10)
+    v = a.decide("e1", gap=1.4, slack=0.6, shortest_clean=2.0, sent=3.0, now=11.0, window=W)
+    assert v.blame == PER_IP and not v.ambiguous
+
+
+def test_a_clean_answer_after_a_shorter_gap_rules_the_ip_out() -> None:
+    v = Attribution().decide("e1", gap=1.0, slack=0.0, shortest_clean=0.9, sent=3.0, now=5.0, window=W)
+    assert v.blame == HOST
+
+
+def test_without_a_known_gap_the_host_is_blamed_and_without_clean_gaps_the_slack_decides() -> None:
+    a = Attribution()
+    assert a.decide("e1", math.inf, math.inf, 2.0, 3.0, 0.0, W).blame == HOST
+    assert a.decide("e1", 1.0, 0.0, math.inf, 3.0, 0.0, W).blame == PER_IP
+    assert a.decide("e2", 1.0, 0.5, math.inf, 3.0, 0.0, W).blame == HOST
+
+
+def test_a_new_rate_high_with_429s_across_ips_in_a_moment_is_host_wide() -> None:
+    a = Attribution()
+    a.clean(3.0, 0.0, W)
+    assert a.decide("e1", 1.0, 0.0, 2.0, 4.0, 1.0, W).ambiguous
+    v = a.decide("e2", 1.0, 0.0, 2.0, 4.0, 1.2, W)
+    assert v.blame == HOST and not v.ambiguous
+
+
+def test_ambiguity_probes_the_cheaper_remedy_and_a_repeat_on_the_ip_after_a_rate_cut_points_at_it() -> None:
+    a = Attribution()
+    a.clean(3.0, 0.0, W)
+    first = a.decide("e1", 1.0, 0.0, 2.0, 4.0, 1.0, W, spacing_cost=0.0, rate_cost=0.1)
+    assert first.ambiguous and first.blame == PER_IP
+    b = Attribution()
+    b.clean(3.0, 0.0, W)
+    first = b.decide("e1", 1.0, 0.0, 2.0, 4.0, 1.0, W, spacing_cost=0.3, rate_cost=0.1)
+    assert first.ambiguous and first.blame == HOST
+    second = b.decide("e1", 1.0, 0.0, 2.0, 4.0, 5.0, W, spacing_cost=0.3, rate_cost=0.1)
+    assert second.ambiguous and second.blame == PER_IP
+
+
+def test_a_costly_spacing_raise_needs_the_spacing_to_have_held_the_request() -> None:
+    a = Attribution()
+    for t in range(10):
+        a.clean(3.0, float(t), W, 3.0 + t / 10)
+    assert a.decide("e1", 2.9, 1.3, 3.0, 3.0, 11.0, W, spacing_cost=0.14, rate_cost=0.09).blame == HOST
+    assert a.decide("e2", 2.9, 0.0, 3.0, 3.0, 12.0, W, spacing_cost=0.14, rate_cost=0.09).blame == PER_IP
+
+
+# -- composition -------------------------------------------------------------
+
+
+def policy(adaptive: bool = True, n: int = 8, **settings: object):
+    cfg = config(POLITE_ADAPTIVE=adaptive, POLITE_RECOVERY_WINDOW=20, **settings)
+    gate, ft = make_gate(n=n, host_concurrency=cfg.host_concurrency, delay=cfg.delay)
+    changes: list = []
+    return ThrottlePolicy(cfg, gate, clock=ft.clock, notify=lambda *a: changes.append(a)), gate, ft, changes
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_per_ip_signal_never_cuts_concurrency(adaptive: bool) -> None:
+    p, gate, ft, _ = policy(adaptive)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    p.ok("a", 200, gap=2.0, granted_at=ft.now)
+    before = gate.host("a").limit
+    p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)
+    assert gate.host("a").delay[0] > 1.0
+    assert gate.host("a").limit == before
+
+
+def test_adaptive_concurrency_follows_rate_and_latency() -> None:
+    # 8 endpoints at 0.5 s: 16 req/s
+    p, gate, ft, _ = policy(True, POLITE_HOST_CONCURRENCY_MAX=16, POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
+    for _ in range(40):
+        ft.advance(0.05)
+        p.ok("a", 200, granted_at=ft.now - 0.25)
+    gate.set_host_interval("a", 0.0)
+    ft.advance(0.05)
+    p.ok("a", 200, granted_at=ft.now - 0.25)
+    assert gate.host("a").limit == 8  # 16 req/s x 0.25 s x 2
+
+
+def test_each_host_is_found_independently() -> None:
+    p, gate, ft, _ = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for host in ("slow", "fast"):
+        p.ok(host, 200, gap=3.0, granted_at=ft.now)
+    p.rate_limited("slow", eps[0], 4.0, gap=1.2, slack=0.0, granted_at=ft.now)
+    assert gate.host("slow").delay[0] > 1.2
+    assert gate.host("fast").delay == (0.8, 1.6)
+    assert gate.host("fast").interval == pytest.approx(1 / 2.5)  # untouched slow start
+
+
+def test_adaptive_mode_does_not_pause_a_host_whose_rate_is_in_force() -> None:
+    p, gate, ft, _ = policy(True, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200)
+    assert gate.host("a").interval > 0
+    for ep in eps[:3]:
+        p.rate_limited("a", ep, 2.0, granted_at=ft.now)
+    assert gate.host("a").paused_until < ft.now
+
+
+def test_every_change_is_notified_once_with_its_evidence() -> None:
+    p, gate, ft, changes = policy(True)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    p.ok("a", 200, gap=3.0, granted_at=ft.now)
+    changes.clear()
+    p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.3, granted_at=ft.now)
+    assert len(changes) == 1
+    evidence = changes[0][4]
+    assert evidence["blame"] == PER_IP and evidence["why"] and evidence["gap"] == 1.0
+
+
+def test_a_challenge_halves_the_host_rate_and_cuts_concurrency_in_adaptive_mode_too() -> None:
+    p, gate, ft, changes = policy(True, POLITE_HOST_CONCURRENCY=4)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    p.ok("a", 200)
+    rate = 1 / gate.host("a").interval
+    p.on_challenge("a", ep, 5.0)
+    assert 1 / gate.host("a").interval == pytest.approx(rate / 2)
+    assert gate.host("a").limit == 2
+    assert changes[-1][4]["why"] == "challenge page"
