@@ -83,6 +83,9 @@ def run_one(sc: Scenario, client: str, out: Path, index: int = 0) -> dict[str, A
         if client in POLITE:
             settings.update(sc.polite_settings)
             settings.setdefault("POLITE_GATEWAY_SESSIONS", GATEWAY_SESSIONS)
+            if sc.cheap_tier is not None:
+                polite_proxies = proxies[:sc.cheap_tier]
+                settings["POLITE_PROXY_TIERS"] = [proxies[sc.cheap_tier:]]
         args = {
             "spider": sc.spider, "start_urls": [sb.site_url(s.name) for s in sc.config.sites],
             "users": sc.users, "proxies": proxies, "polite_proxies": polite_proxies,

@@ -44,6 +44,8 @@ class Scenario:
     events: list[Event] = field(default_factory=list)
     polite_settings: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: For the package: the first this many proxies are its pool (tier 0), the rest its expensive tier.
+    cheap_tier: int | None = None
 
 
 def _site(**kw: Any) -> SiteConfig:

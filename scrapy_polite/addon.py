@@ -14,6 +14,7 @@ THROTTLE = "scrapy_polite.throttle.extension.HostThrottle"
 STATS = "scrapy_polite.metrics.stats.PoliteStats"
 QUEUE = "scrapy_polite.scheduler.queue.PolitePriorityQueue"
 TRIAL_GUARD = "scrapy_polite.tune.trial.TrialGuard"
+MARKS = "scrapy_polite.downloader.marks.PoliteMarksMiddleware"
 #: Just before CookiesMiddleware (700), SplashMiddleware (725), HttpProxyMiddleware (750).
 MIDDLEWARE_PRIORITY = 650
 
@@ -39,6 +40,8 @@ class Addon:
             return
         # setdefault: a component the project already lists (disabled with None, or moved) stays as written.
         settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", _load(MIDDLEWARE), MIDDLEWARE_PRIORITY)
+        # Nearest the spider's callbacks: a page a callback marks as a challenge is re-queued.
+        settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", _load(MARKS), 950)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", _load(THROTTLE), 500)
         settings.setdefault_in_component_priority_dict("EXTENSIONS", _load(STATS), 500)
         if settings.get("POLITE_TUNE_TRIAL_FILE"):

@@ -69,3 +69,25 @@ class SpiderClosing(IgnoreRequest):
     Like the requests left in the scheduler, it is dropped without an error
     per request; the middleware counts them and logs one line.
     """
+
+
+class ChallengeDetected(Exception):
+    """Raise from a callback when a page turns out to be a challenge: it is re-queued like one.
+
+    ``raise ChallengeDetected(response)`` (or :class:`BanDetected`) benches the
+    endpoint for the host, slows the host, retires the session and sends the
+    request again through another endpoint; the page no longer counts as one.
+    """
+
+    kind = "challenge"
+
+    def __init__(self, response: object, reason: str = "marked by the spider") -> None:
+        self.response = response
+        self.reason = reason
+        super().__init__(f"{self.kind}: {reason}")
+
+
+class BanDetected(ChallengeDetected):
+    """Raise from a callback when a page turns out to be a block: it is re-queued like a ban."""
+
+    kind = "ban"

@@ -15,6 +15,7 @@ from scrapy_polite.settings.config import PoliteConfig
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_polite.downloader.response_policy import ResponsePolicy
     from scrapy_polite.gate.base import Gate
     from scrapy_polite.gate.redis.backend import RedisGate
 
@@ -34,11 +35,32 @@ class Runtime:
         self.throttle: Any = None
         self.stats: Any = None
         self.exit_ips: Any = None
+        self.middleware: Any = None
+        self._policy: Any = None
+        self.tiers: Any = None
+
+    @property
+    def policy(self) -> ResponsePolicy:
+        """The ``POLITE_RESPONSE_POLICY`` every component asks what an answer means."""
+        if self._policy is None:
+            from scrapy_polite.downloader.response_policy import load_policy
+
+            self._policy = load_policy(self.crawler, self.config.response_policy)
+        return self._policy
 
     @property
     def gate(self) -> Gate:
         if self._gate is None:
             self._gate, self.publisher = _build_gate(self.config)
+            if self.config.endpoint_tiers:
+                from scrapy_polite.pool.tiers import TierLadder
+
+                cfg = self.config
+                self.tiers = TierLadder(
+                    cfg.endpoint_tiers, escalate_after=cfg.tier_escalate_after, cooldown=cfg.tier_cooldown,
+                    max_hosts=cfg.host_memory,
+                )
+                self._gate.eligible = self.tiers.eligible
         return self._gate
 
 

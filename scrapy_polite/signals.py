@@ -26,3 +26,11 @@ session_repinned = object()
 #: One request finished (response or failure). Args: ``outcome``
 #: (:class:`scrapy_polite.metrics.outcome.Outcome`).
 outcome_recorded = object()
+
+#: An answer was a challenge (CAPTCHA, JavaScript check), by the response policy or the spider.
+#: Args: ``request``, ``response``, ``host``, ``endpoint`` (label), ``session`` (or None), ``reason``.
+polite_challenge = object()
+
+#: A session's identity was retired (a challenge or ban, or its request or age limit): its next
+#: request gets a new endpoint and a new cookie jar. Args: ``session``, ``endpoint`` (label or None), ``reason``.
+session_retired = object()

@@ -255,27 +255,28 @@ def test_percentiles_are_seconds_and_none_when_empty() -> None:
 
 
 def test_an_answer_is_classified_once_in_the_order_the_middleware_acts() -> None:
-    from scrapy.http.headers import Headers
+    from scrapy.http import Request, Response
 
-    from scrapy_polite.downloader import answers
+    from scrapy_polite.downloader import response_policy as rp
 
     cfg = config(POLITE_BAN_CODES=[403], POLITE_RATE_LIMIT_CODES=[429])
+    policy = rp.ResponsePolicy(cfg)
     proxy_header = cfg.proxy_error_headers[0]
 
     def kind(status: int, **headers: str) -> tuple[str, bool]:
-        answer = answers.classify(status, Headers(headers), cfg)
-        return answer.kind, answer.proxy_side
+        request = Request("http://t.test/")
+        verdict = policy.classify(request, Response(request.url, status=status, headers=headers, request=request))
+        return verdict.kind, verdict.proxy_side
 
-    assert kind(407) == (answers.PROXY_AUTH, False)
-    assert kind(429) == (answers.RATE, False)
-    assert kind(429, **{proxy_header: "1"}) == (answers.RATE, True)
-    assert kind(403) == (answers.BAN, False)
-    assert kind(403, **{proxy_header: "1"}) == (answers.OK, True)  # the proxy's 403 is no ban of the site
-    assert kind(200) == (answers.OK, False)
+    assert kind(407) == (rp.PROXY_ERROR, True)
+    assert kind(429) == (rp.RATE_LIMITED, False)
+    assert kind(429, **{proxy_header: "1"}) == (rp.RATE_LIMITED, True)
+    assert kind(403) == (rp.BAN, False)
+    assert kind(403, **{proxy_header: "1"}) == (rp.TARGET_ERROR, True)  # the proxy's 403 is no ban of the site
+    assert kind(200) == (rp.OK, False)
     retry_after_code = next(iter(cfg.retry_after_codes))
-    assert kind(retry_after_code) == (answers.OK, False)
-    assert kind(retry_after_code, **{"Retry-After": "3"}) == (answers.RATE, False)
-    assert answers.classify(429, Headers({"Retry-After": "3"}), cfg).retry_after == b"3"
+    assert kind(retry_after_code) == (rp.TARGET_ERROR, False)
+    assert kind(retry_after_code, **{"Retry-After": "3"}) == (rp.RATE_LIMITED, False)
 
 
 def test_the_cooldown_honours_retry_after_up_to_its_cap() -> None:

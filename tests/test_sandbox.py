@@ -48,6 +48,8 @@ LOG_FIELDS = {
     "inflight_host",
     "sid",
     "user",
+    "challenge",
+    "blocked",
 }
 
 
@@ -173,7 +175,7 @@ def test_config_round_trip_and_scenarios() -> None:
     again = SandboxConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again == cfg
     assert again.sites[0].host_rate_schedule == [[0.0, 6.0], [10.0, 2.0]]
-    assert set(SCENARIOS) == {"unlimited", "per-ip", "host-cap", "shifting", "gateway", "multi-host", "demo"}
+    assert set(SCENARIOS) == {"unlimited", "per-ip", "host-cap", "shifting", "gateway", "multi-host", "ladder", "demo"}
     for make in SCENARIOS.values():
         built = make()
         assert SandboxConfig.from_dict(json.loads(json.dumps(built.to_dict()))) == built

@@ -1,5 +1,5 @@
-"""What an answer or a failure does to the pool: rate signals, bans, proxy failures, and unclear failures
-put where the evidence points (the pair, the endpoint or the host)."""
+"""What an answer or a failure does to the pool: rate signals, challenges, bans, proxy failures, and
+unclear failures put where the evidence points (the pair, the endpoint or the host)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,12 @@ from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import failures
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
+    from scrapy_polite.downloader.identities import Identities
+    from scrapy_polite.downloader.response_policy import Verdict
     from scrapy_polite.gate.local import Lease
     from scrapy_polite.runtime import Runtime
 
@@ -21,15 +25,18 @@ logger = logging.getLogger(__name__)
 class Blame:
     """Endpoint health and host slow-downs after each attempt, with their stats, logs and signals."""
 
-    def __init__(self, crawler: Crawler, runtime: Runtime) -> None:
+    def __init__(self, crawler: Crawler, runtime: Runtime, identities: Identities) -> None:
         self.crawler = crawler
         self.runtime = runtime
+        self.identities = identities
         self.config = runtime.config
         self.gate: Any = runtime.gate
         self.stats = crawler.stats
         self.evidence = failures.EvidenceTracker(
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
         )
+        if runtime.tiers is not None:
+            runtime.tiers.on_move = self._tier_moved
 
     def answered(self, lease: Lease) -> None:
         """An answer came through *lease*: its endpoint works and the pair's unclear failures are forgiven."""
@@ -56,6 +63,38 @@ class Blame:
         logger.warning(
             "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
             lease.host, status, ep.label, lease.host, duration,
+        )
+
+    def challenged(self, request: Request, response: Response, lease: Lease, verdict: Verdict, delay: float) -> None:
+        """A challenge: the endpoint benched for the host longer than a 429 would, the host slowed for the pool."""
+        ep, bench = lease.endpoint, self.config.challenge_bench
+        self.gate.ban_endpoint(ep.key, lease.host, bench)
+        self.rate_limited(lease, response.status, delay, proxy_side=False)
+        # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
+        self.gate.pause_host(lease.host, delay)
+        logger.warning(
+            "scrapy-polite: %s sent a challenge (%s) to %s; benching it for %s for %.0f s",
+            lease.host, verdict.reason, ep.label, lease.host, bench,
+        )
+        self.crawler.signals.send_catch_log(
+            polite_signals.polite_challenge, request=request, response=response, host=lease.host,
+            endpoint=ep.label, session=lease.session, reason=verdict.reason,
+        )
+
+    def identity_flagged(self, request: Request, lease: Lease, verdict: Verdict) -> None:
+        """A challenge or ban marks the identity: the host's tier and the session hear of it."""
+        bench = self.config.ban_duration if verdict.kind == "ban" else self.config.challenge_bench
+        if self.runtime.tiers is not None:
+            self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
+        session = request.meta.get("polite_session")
+        if session is not None:
+            self.identities.retire(str(session), lease.endpoint.label, f"{verdict.kind}: {verdict.reason}")
+
+    def _tier_moved(self, host: str, old: int, new: int, way: str) -> None:
+        self.stats.inc_value(f"polite/tier/moves/{way}")
+        logger.warning(
+            "scrapy-polite: %s moves from proxy tier %d to tier %d (%s)", host, old, new,
+            "challenges or bans on its tier" if way == "up" else "a clean window",
         )
 
     def endpoint_failed(self, lease: Lease, reason: str) -> None:

@@ -23,17 +23,19 @@ from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.blame import Blame
 from scrapy_polite.downloader.exit_ip import ExitIps
 from scrapy_polite.downloader.gate_events import GateEvents
+from scrapy_polite.downloader.identities import Identities
 from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
 from scrapy_polite.downloader.maintenance import Maintenance, announce
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
+    REVISES_KEY,
     host_key,
     pool_endpoint,
     pop_not_before,
     preset_proxy,
-    session_of,
 )
 from scrapy_polite.downloader.recorder import Recorder
+from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, Verdict
 from scrapy_polite.downloader.retry_after import cooldown
 from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
 from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
@@ -62,10 +64,12 @@ class PoliteProxyMiddleware:
         self._rng = random.Random()
         self.maintenance = Maintenance(crawler, self.config, self.gate)
         self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
-        self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config))
-        self.blame = Blame(crawler, rt)
+        self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), rt.tiers)
+        self.identities = Identities(crawler, self.config)
+        self.blame = Blame(crawler, rt, self.identities)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
+        rt.middleware = self
         crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
@@ -119,7 +123,7 @@ class PoliteProxyMiddleware:
                 self.stats.inc_value("polite/bypassed/preset_proxy")
                 logger.debug("scrapy-polite: %s keeps its own meta['proxy'], outside the pool", request.url)
                 return None
-        session = session_of(meta, self.config.session_cookiejar)
+        session = self.identities.of(meta)
         host = self.host_key(request)
         not_before = pop_not_before(meta)
         arrived = time.monotonic()
@@ -166,25 +170,43 @@ class PoliteProxyMiddleware:
         return self._answered(request, response, lease, status, headers)
 
     def _answered(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> Any:
-        """The target's (or the proxy's) answer *status*: the one place a response is classified."""
-        answer = answers.classify(status, headers, self.config)
-        if answer.kind == answers.PROXY_AUTH:
-            self.blame.endpoint_failed(lease, "407 Proxy Authentication Required")
+        """The target's (or the proxy's) answer *status*, as the response policy judges it."""
+        verdict = self.runtime.policy.classify(request, response, status=status, headers=headers)
+        if verdict.kind == PROXY_ERROR:
+            self.blame.endpoint_failed(lease, verdict.reason)
             return self.recorder.requeue(request, "proxy", lease, response=response)
-        if answer.kind == answers.RATE:
-            delay = self._cooldown(answer.retry_after)
-            self.blame.rate_limited(lease, status, delay, answer.proxy_side)
+        if verdict.kind == RATE_LIMITED:
+            delay = self._cooldown(headers.get(b"Retry-After"))
+            self.blame.rate_limited(lease, status, delay, verdict.proxy_side)
             return self.recorder.requeue(
-                request, "rate", lease, response=response, delay=delay, proxy_side=answer.proxy_side
+                request, "rate", lease, response=response, delay=delay, proxy_side=verdict.proxy_side
             )
         self.blame.answered(lease)
-        if answer.kind == answers.BAN:
-            self.blame.banned(lease, status)
-            return self.recorder.requeue(request, "ban", lease, response=response)
+        if verdict.kind in STRONG:
+            return self._flagged(request, response, lease, verdict, status)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
-        self.recorder.attempt(request, lease, response=response)
+        self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
+
+    def _flagged(self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int) -> Any:
+        """A challenge or ban: the pool and the identity hear of it, and the request goes again."""
+        if verdict.kind == BAN:
+            self.blame.banned(lease, status)
+        else:
+            self.blame.challenged(request, response, lease, verdict, self._cooldown(None))
+        self.blame.identity_flagged(request, lease, verdict)
+        return self.recorder.requeue(request, "ban" if verdict.kind == BAN else "challenge", lease, response=response)
+
+    def marked(self, response: Response, kind: str, reason: str) -> list[Request]:
+        """A page the spider's callback marked as a challenge or ban: re-queued like one; its record revises the page's."""
+        request = response.request
+        lease: Lease | None = request.meta.get(LEASE_KEY) if request is not None else None
+        if request is None or lease is None:
+            return []
+        request.meta[REVISES_KEY] = True
+        new = self._flagged(request, response, lease, Verdict(kind, reason), response.status)
+        return [new] if new is not None and new is not response else []
 
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)

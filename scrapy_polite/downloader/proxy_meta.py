@@ -16,6 +16,8 @@ LEASE_KEY = "_polite_lease"
 #: The ``meta['proxy']`` the package itself set, so that a retry is not taken for a user's choice.
 OWN_PROXY_KEY = "_polite_proxy"
 NOT_BEFORE_KEY = "_polite_not_before"
+#: Set on a request whose page the spider marked: its next record revises the one that counted it as a page.
+REVISES_KEY = "_polite_revises"
 
 
 def host_key(request: Request, mode: str) -> str:
@@ -70,6 +72,7 @@ def forget_own_proxy(meta: Any) -> None:
 def forget_attempt(meta: Any) -> None:
     """Drop what one attempt left in *meta* (its lease, its own proxy) before the request goes round again."""
     meta.pop(LEASE_KEY, None)
+    meta.pop(REVISES_KEY, None)
     forget_own_proxy(meta)
 
 

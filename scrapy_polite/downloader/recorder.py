@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import requeue
+from scrapy_polite.downloader.proxy_meta import REVISES_KEY
+from scrapy_polite.downloader.response_policy import BAN, CHALLENGE, PROXY_ERROR, RATE_LIMITED, TARGET_ERROR
 from scrapy_polite.metrics.outcome import Outcome
 
 if TYPE_CHECKING:
@@ -18,18 +20,27 @@ if TYPE_CHECKING:
 
     from scrapy_polite.downloader.exit_ip import ExitIps
     from scrapy_polite.gate.local import Lease
+    from scrapy_polite.pool.tiers import TierLadder
 
 logger = logging.getLogger(__name__)
+
+#: The verdict recorded for an attempt re-queued (or given up) as each kind.
+REQUEUE_VERDICTS = {
+    "rate": RATE_LIMITED, "proxy": PROXY_ERROR, "ban": BAN, "challenge": CHALLENGE, "timeout": TARGET_ERROR,
+}
 
 
 class Recorder:
     """Sends ``outcome_recorded`` per attempt, re-queues within the budgets, and counts every give-up once."""
 
-    def __init__(self, crawler: Crawler, exit_ips: ExitIps, budgets: requeue.Budgets) -> None:
+    def __init__(
+        self, crawler: Crawler, exit_ips: ExitIps, budgets: requeue.Budgets, tiers: TierLadder | None = None
+    ) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.exit_ips = exit_ips
         self.budgets = budgets
+        self.tiers = tiers
 
     def attempt(
         self,
@@ -41,7 +52,9 @@ class Recorder:
         rate_limited: bool = False,
         proxy_side: bool = False,
         gave_up: bool = False,
+        verdict: str = TARGET_ERROR,
     ) -> None:
+        """The outcome of an attempt through *lease*, with the response policy's *verdict* kind."""
         exit_ip, source = self.exit_ips.of(lease, response)
         self.emit(
             Outcome(
@@ -61,6 +74,10 @@ class Recorder:
                 proxy_side=proxy_side,
                 gave_up=gave_up,
                 render=playwright_support.render_seconds(request),
+                verdict=verdict,
+                tier=self.tiers.tier_of(lease.endpoint.key) if self.tiers is not None else None,
+                size=len(response.body) if response is not None else None,
+                revises=bool(request.meta.pop(REVISES_KEY, False)),
             )
         )
 
@@ -102,6 +119,7 @@ class Recorder:
         self.attempt(
             request, lease, response=response, exception=exception, rate_limited=kind == "rate",
             proxy_side=kind == "proxy" if proxy_side is None else proxy_side, gave_up=spent,
+            verdict=REQUEUE_VERDICTS[kind],
         )
         self._requeue_decided(request, kind, lease, decision, status=status, exception=exception, delay=delay)
         if decision.request is not None:

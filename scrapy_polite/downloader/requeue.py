@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from scrapy_polite.settings.config import PoliteConfig
 
 #: Re-queue kinds whose trigger is the site's own answer, which a spider may ask to see.
-SITE_ANSWERS = frozenset({"rate", "ban"})
+SITE_ANSWERS = frozenset({"rate", "ban", "challenge"})
 REQUEUE = "requeue"
 #: Its budget for this kind is spent: given up.
 SPENT = "spent"
@@ -33,6 +33,7 @@ class Budgets:
     proxy: int
     ban: int
     timeout: int
+    challenge: int = 3
 
     @classmethod
     def from_config(cls, config: PoliteConfig) -> Budgets:
@@ -41,6 +42,7 @@ class Budgets:
             proxy=config.proxy_retry_times,
             ban=min(2, config.proxy_retry_times),
             timeout=config.timeout_retry_times,
+            challenge=config.challenge_retry_times,
         )
 
     def of(self, kind: str) -> int:

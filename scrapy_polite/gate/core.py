@@ -84,6 +84,8 @@ class GateCore:
         self._waiting_count = 0
         self._load_listeners: list[Callable[[str, int], None]] = []
         self._evict_hooks: list[Callable[[str], None]] = []
+        #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
+        self.eligible: Callable[[str, str], bool] | None = None
 
     # -- hooks a backend fills in ------------------------------------------
 
@@ -294,6 +296,18 @@ class GateCore:
             s.lost = lost_message(s.key, old, why)
             for w in list(s.queue):
                 self._fail(w, SessionEndpointLost(s.lost))
+
+    def _may_take(self, host: str, endpoint_key: str) -> bool:
+        """Whether *host*'s requests may go through *endpoint_key* (``eligible``, the host's proxy tier)."""
+        return self.eligible is None or self.eligible(host, endpoint_key)
+
+    def _repin(self, s: SessionState, why: str) -> None:
+        """Unpin *s*: its next request picks a new endpoint."""
+        assert s.endpoint_key is not None
+        old = self._endpoints[s.endpoint_key].endpoint.label
+        pinned, s.endpoint_key = s.endpoint_key, None
+        self._on_unpinned(s, pinned)
+        self.listeners.on_session_repinned(s.key, old, why)
 
     def _session_lost(self, w: Waiter, reason: str) -> None:
         """*w*'s session cannot go on: it and everything queued behind it fail."""

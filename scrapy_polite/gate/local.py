@@ -306,6 +306,10 @@ class LocalGate(GateCore):
             s = self._sessions[waiter.session]
             if not s.turn_of(waiter):
                 return None, float("inf")
+            pair = self._pairs.get((s.endpoint_key, waiter.host)) if s.endpoint_key is not None else None
+            if pair is not None and pair.banned_until > now:
+                # Its identity is burned for this host (a ban or challenge): the session starts on a new one.
+                self._repin(s, f"benched for {waiter.host}")
             if s.endpoint_key is None:
                 key = self._choose_for_session(waiter.host, now)
                 if key is None:
@@ -323,7 +327,7 @@ class LocalGate(GateCore):
         wake = float("inf")
         for key in self._idle if waiter.endpoint is None else [waiter.endpoint]:
             st = self._endpoints.get(key)
-            if st is None or key not in self._idle:
+            if st is None or key not in self._idle or (waiter.endpoint is None and not self._may_take(waiter.host, key)):
                 continue
             ready = self._ready_at(st, waiter.host, h, now)
             if ready <= now:
@@ -344,7 +348,7 @@ class LocalGate(GateCore):
         best: tuple[int, float, float] | None = None
         best_key = None
         for key, st in self._endpoints.items():
-            if not self.endpoint_usable(st):
+            if not self.endpoint_usable(st) or not self._may_take(host, key):
                 continue
             pair = self._pairs.get((key, host))
             if pair is not None and pair.banned_until > now:

@@ -12,13 +12,23 @@ def status_label(status: Any, exception: Any) -> str:
     return str(status) if status is not None else str(exception or "unknown")
 
 
-def is_success(status: Any, rate_limited: bool) -> bool:
-    """A 2xx or 3xx answer that is not a rate signal."""
+def is_success(status: Any, rate_limited: bool, verdict: str | None = None) -> bool:
+    """The response policy's ``ok`` verdict; a record without one: a 2xx or 3xx answer that is not a rate signal."""
+    if verdict is not None:
+        return verdict == "ok"
     return isinstance(status, int) and 200 <= status < 400 and not rate_limited
 
 
-def is_ban(status: int | None, ban_codes: Container[int], proxy_side: bool = False, rate_limited: bool = False) -> bool:
-    """A ban: a status in ``POLITE_BAN_CODES`` from the site (not the proxy), not a rate signal."""
+def is_ban(
+    status: int | None,
+    ban_codes: Container[int],
+    proxy_side: bool = False,
+    rate_limited: bool = False,
+    verdict: str | None = None,
+) -> bool:
+    """The policy's ``ban`` verdict; without one: a status in ``POLITE_BAN_CODES`` from the site, not a rate signal."""
+    if verdict is not None:
+        return verdict == "ban"
     return status is not None and status in ban_codes and not proxy_side and not rate_limited
 
 
@@ -50,17 +60,29 @@ class Outcome:
     gave_up: bool = False
     #: Seconds the attempt spent in the browser (scrapy-playwright), else None.
     render: float | None = None
+    #: The response policy's verdict kind (``ok``, ``rate_limited``, ``challenge``, ``ban``, ...).
+    verdict: str | None = None
+    #: Endpoint tier (0 = cheapest) with ``POLITE_PROXY_TIERS``, else None.
+    tier: int | None = None
+    #: Bytes of the answer's body, when there was one.
+    size: int | None = None
+    #: This record replaces the attempt's earlier one, which counted it as a page (the spider marked it).
+    revises: bool = False
 
     @property
     def success(self) -> bool:
-        return is_success(self.status, self.rate_limited)
+        return is_success(self.status, self.rate_limited, self.verdict)
 
     @property
     def label(self) -> str:
         return status_label(self.status, self.exception)
 
     def is_ban(self, ban_codes: Container[int]) -> bool:
-        return is_ban(self.status, ban_codes, self.proxy_side, self.rate_limited)
+        return is_ban(self.status, ban_codes, self.proxy_side, self.rate_limited, self.verdict)
+
+    @property
+    def challenge(self) -> bool:
+        return self.verdict == "challenge"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

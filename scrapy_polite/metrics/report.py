@@ -87,7 +87,7 @@ def label_of(rec: dict[str, Any]) -> str:
 
 
 def is_success(rec: dict[str, Any]) -> bool:
-    return outcome_success(rec.get("status"), bool(rec.get("rate_limited")))
+    return outcome_success(rec.get("status"), bool(rec.get("rate_limited")), rec.get("verdict"))
 
 
 def _bump(counter: Counter[str], key: str, n: int = 1) -> None:
@@ -209,11 +209,17 @@ def _series_value(value: Any) -> float | None:
     return float(value) if _number(value, 0.0, _MAX_SECONDS) else None
 
 
+#: Time slices of the escalation-ladder table, per host.
+LADDER_SLICES = 8
+
+
 @dataclass
 class _Group:
     statuses: Counter[str] = field(default_factory=Counter)
     ok: int = 0
     rate_limited: int = 0
+    challenges: int = 0
+    bans: int = 0
     latency: _LogHist = field(default_factory=_LogHist)
     #: Time bucket (``resolution`` seconds wide) -> [ok, rate-limited].
     buckets: dict[int, list[int]] = field(default_factory=dict)
@@ -224,24 +230,40 @@ class _Group:
     def total(self) -> int:
         return sum(self.statuses.values())
 
-    def add_time(self, t: float, ok: bool, limited: bool) -> None:
-        b = self.buckets.setdefault(int(t) // self.resolution, [0, 0])
-        b[0] += ok
-        b[1] += limited
+    def add_time(self, t: float, ok: bool, limited: bool, challenge: bool = False, ban: bool = False) -> None:
+        b = self.buckets.setdefault(int(t) // self.resolution, [0, 0, 0, 0])
+        for i, v in enumerate((ok, limited, challenge, ban)):
+            b[i] += v
         while len(self.buckets) > _HOST_BUCKETS:
             self.resolution *= 2
             merged: dict[int, list[int]] = {}
-            for key, (k_ok, k_lim) in self.buckets.items():
-                m = merged.setdefault(key // 2, [0, 0])
-                m[0] += k_ok
-                m[1] += k_lim
+            for key, counts in self.buckets.items():
+                m = merged.setdefault(key // 2, [0, 0, 0, 0])
+                for i, v in enumerate(counts):
+                    m[i] += v
             self.buckets = merged
+
+    def ladder(self, slices: int = LADDER_SLICES) -> list[tuple[int, int, int, int]]:
+        """(bucket start, 429s, challenges, bans) over at most *slices* equal slices of the host's time."""
+        if not self.buckets:
+            return []
+        first, last = min(self.buckets), max(self.buckets)
+        per = max(1, math.ceil((last - first + 1) / slices))
+        rows: dict[int, list[int]] = {}
+        for key, (_ok, lim, ch, ban) in self.buckets.items():
+            r = rows.setdefault((key - first) // per, [0, 0, 0])
+            r[0] += lim
+            r[1] += ch
+            r[2] += ban
+        return [((first + i * per) * self.resolution, *rows.get(i, [0, 0, 0])) for i in range(max(rows) + 1)]
 
     def merge(self, other: _Group) -> None:
         """Counts and latencies of *other* into this one (the OTHER row)."""
         self.statuses.update(other.statuses)
         self.ok += other.ok
         self.rate_limited += other.rate_limited
+        self.challenges += other.challenges
+        self.bans += other.bans
         self.latency.merge(other.latency)
 
 
@@ -252,6 +274,8 @@ class ReportData:
         self.records = 0
         self.ok = 0
         self.rate_limited = 0
+        self.challenges = 0
+        self.bans = 0
         self.t0 = math.inf
         self.t1 = -math.inf
         self.resolution = 1  # seconds per time bucket
@@ -284,6 +308,8 @@ class ReportData:
                 self.add_throttle(rec)
             return  # other events: not attempts
         t = float(rec["time"])
+        if rec.get("revises"):
+            self._unrecord_page(rec)
         ok = is_success(rec)
         limited = bool(rec.get("rate_limited"))
         label = label_of(rec)
@@ -299,9 +325,14 @@ class ReportData:
             self._coarsen()
         g = self._host(str(rec.get("host") or "?"))
         g.statuses[label] += 1
+        challenge, ban = rec.get("verdict") == "challenge", rec.get("verdict") == "ban"
         g.ok += ok
         g.rate_limited += limited
-        g.add_time(t, ok, limited)
+        g.challenges += challenge
+        g.bans += ban
+        self.challenges += challenge
+        self.bans += ban
+        g.add_time(t, ok, limited, challenge, ban)
         latency = rec.get("latency")
         if isinstance(latency, (int, float)):
             ms = min(3_600_000, max(1, int(latency * 1000)))
@@ -320,6 +351,14 @@ class ReportData:
         if rec.get("exit_ip"):
             _bump(self.exit_ips, str(rec["exit_ip"]))
         self.exit_ip_sources[str(rec.get("exit_ip_source") or "unknown")] += 1
+
+    def _unrecord_page(self, rec: dict[str, Any]) -> None:
+        """The spider marked a page after the fact: the attempt's first record no longer counts as one."""
+        self.records -= 1
+        self.ok -= 1
+        g = self._host(str(rec.get("host") or "?"))
+        g.ok -= 1
+        g.statuses[label_of(rec)] -= 1
 
     def add_throttle(self, rec: dict[str, Any]) -> None:
         """A throttle event line: what the throttle changed for its host, and on what evidence."""
@@ -719,7 +758,7 @@ def host_timeline_svg(data: ReportData, host: str, g: _Group) -> str:
         svg.add(f'<line x1="{L}" x2="{W - R}" y1="{bottom}" y2="{bottom}" class="axis"/>')
         if name is None:
             width = g.resolution
-            rows = [(key * width, ok * 60.0 / width, lim * 60.0 / width) for key, (ok, lim) in g.buckets.items()]
+            rows = [(key * width, ok * 60.0 / width, lim * 60.0 / width) for key, (ok, lim, *_) in g.buckets.items()]
             ymax = max([1.0, *(max(o, r) for _, o, r in rows)])
             bw = max(1.0, pw * width / span * 0.8)
             for start, ok, lim in sorted(rows):
@@ -778,6 +817,26 @@ def _host_row(data: ReportData, host: str, g: _Group) -> list[Any]:
     ]
 
 
+def _ladder_part(data: ReportData, hosts: list[tuple[str, _Group]]) -> list[str]:
+    """Per host, 429s / challenges / bans in each slice of its time: how far up the ladder it went, and when."""
+    climbed = [(host, g) for host, g in hosts if g.challenges or g.bans]
+    if not climbed:
+        return []
+    rows = []
+    for host, g in climbed:
+        steps = " ".join(
+            f"+{_num(start - data.t0) if math.isfinite(data.t0) else start} s: {lim}/{ch}/{ban}"
+            for start, lim, ch, ban in g.ladder()
+        )
+        rows.append([host, g.rate_limited, g.challenges, g.bans, steps])
+    return [
+        "<h2>Escalation ladder</h2>",
+        '<p class="sub">Rate limits, then challenges, then bans, as the response policy judged each answer; '
+        "over time: 429s/challenges/bans from each time since the start.</p>",
+        _table(["host", "429", "challenges", "bans", "over time"], rows),
+    ]
+
+
 def _throttle_row(host: str, th: _HostThrottle) -> list[Any]:
     def val(v: float | None, unit: str = "") -> str:
         return "-" if v is None else f"{_num(v)}{unit}"
@@ -811,6 +870,7 @@ def render(
         _card(str(data.records), "attempts"),
         _card(rate, "success rate"),
         _card(f"{data.rate_limited} ({rl})", "rate-limited (429)"),
+        _card(str(data.challenges), "challenges"),
         _card(_sec(seconds_at(data.latency, 95)), "latency P95"),
         _card(str(len(data.exit_ips)), "exit IPs"),
     ])
@@ -860,6 +920,7 @@ def render(
         "<h2>Per host</h2>",
         _table(["host", "attempts", "ok", "429", "403", "404", "P50", "P95", "P99"], host_rows),
         _fold_line(folded_hosts, "hosts"),
+        *_ladder_part(data, top_hosts),
         *throttle_part,
         _figure("fig-status-endpoint", "Status by endpoint", status_by_endpoint_svg(data, top),
                 "Answers per proxy endpoint (masked), by HTTP status or exception class."),

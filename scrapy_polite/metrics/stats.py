@@ -116,7 +116,7 @@ class _Window:
 class _Counts:
     """Attempts, successes and answers of one host or endpoint."""
 
-    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans")
+    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans", "challenges")
 
     def __init__(self) -> None:
         self.statuses: Counter[str] = Counter()
@@ -124,13 +124,15 @@ class _Counts:
         self.total = 0
         self.rate_limited = 0
         self.bans = 0
+        self.challenges = 0
 
-    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool) -> None:
+    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool, challenge: bool = False) -> None:
         self.statuses[label] += 1
         self.total += 1
         self.ok += ok
         self.rate_limited += rate_limited
         self.bans += ban
+        self.challenges += challenge
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +140,7 @@ class _Counts:
             "success": self.ok,
             "rate_limited": self.rate_limited,
             "bans": self.bans,
+            "challenges": self.challenges,
             "statuses": dict(self.statuses),
         }
 
@@ -181,6 +184,7 @@ class PoliteStats:
         self.total = 0
         self.rate_limited = 0
         self.bans = 0
+        self.challenges = 0
         self.gave_up = 0
         # The spider when the crawl builds it (its arguments included), else its class.
         spider = getattr(crawler, "spider", None) or crawler.spidercls
@@ -210,11 +214,14 @@ class PoliteStats:
         label = outcome.label
         ok = outcome.success
         limited = outcome.rate_limited
-        ban = outcome.is_ban(self.config.ban_codes)
+        ban, challenge = outcome.is_ban(self.config.ban_codes), outcome.challenge
+        if outcome.revises:
+            self._unrecord_page(outcome)
         self.total += 1
         self.ok += ok
         self.rate_limited += limited
         self.bans += ban
+        self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
         host = _capped(self.hosts, outcome.host, MAX_HOSTS)
         endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
@@ -231,18 +238,26 @@ class PoliteStats:
             inc(f"polite/rate_limited/host/{host}")
             if endpoint:
                 inc(f"polite/rate_limited/endpoint/{endpoint}")
+        if challenge:
+            inc("polite/challenges")
+            inc(f"polite/challenges/host/{host}")
+            if endpoint:
+                inc(f"polite/challenges/endpoint/{endpoint}")
+        if outcome.tier is not None:
+            inc(f"polite/tier/{outcome.tier}/requests")
+            inc(f"polite/tier/{outcome.tier}/bytes", outcome.size or 0)
         if outcome.exception:
             self.exceptions[outcome.exception] += 1
             inc(f"polite/exception/{outcome.exception}")
         h = self.hosts.get(host)
         if h is None:
             h = self.hosts[host] = HostStats(latency=len(self.hosts) < self.config.stats_top)
-        h.add(label, ok, limited, ban)
+        h.add(label, ok, limited, ban, challenge)
         if endpoint:
             e = self.endpoints.get(endpoint)
             if e is None:
                 e = self.endpoints[endpoint] = _Counts()
-            e.add(label, ok, limited, ban)
+            e.add(label, ok, limited, ban, challenge)
         if outcome.exit_ip:
             h.exit_ips[_capped(h.exit_ips, outcome.exit_ip, MAX_EXIT_IPS_PER_HOST)] += 1
             self.exit_ips[_capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
@@ -264,6 +279,22 @@ class PoliteStats:
                 self._prom_endpoints.add(pe)
             self._prom.observe(outcome, label, ph, pe, _distinct(h.exit_ips))
             self._prom.set_rates(*self.pages_per_min(outcome.time))
+
+    def _unrecord_page(self, outcome: Outcome) -> None:
+        """Take back the page the attempt's first record counted (its status, ok, attempt)."""
+        label = str(outcome.status) if outcome.status is not None else "unknown"
+        self.total -= 1
+        self.ok -= 1
+        inc = self.stats.inc_value
+        inc("polite/attempts", -1)
+        inc("polite/success", -1)
+        inc(f"polite/status/{label}", -1)
+        for table, key in ((self.hosts, outcome.host), (self.endpoints, outcome.endpoint)):
+            counts = table.get(key) if key else None
+            if counts is not None:
+                counts.total -= 1
+                counts.ok -= 1
+                counts.statuses[label] -= 1
 
     def _gave_up(self, request: Any = None, reason: str = "") -> None:
         self.gave_up += 1
@@ -308,6 +339,7 @@ class PoliteStats:
             "success": self.ok,
             "rate_limited": self.rate_limited,
             "bans": self.bans,
+            "challenges": self.challenges,
             "gave_up": self.gave_up,
             "exceptions": dict(self.exceptions),
             **summary_fields(self.latency, "latency"),

@@ -19,12 +19,13 @@ def format_summary(s: dict[str, Any]) -> str:
     pct = 100.0 * s["rate_limited"] / attempts if attempts else 0.0
     exc = ", ".join(f"{k} {v}" for k, v in sorted(s["exceptions"].items())) or "none"
     sources = ", ".join(f"{k} {v}" for k, v in sorted(s["exit_ip_sources"].items())) or "-"
+    challenges = f", challenges {s['challenges']}" if s.get("challenges") else ""
     lines = [
         f"  {s['success']} successful pages of {attempts} attempts in {s.get('elapsed', 0):.1f} s: "
         f"{s['pages_per_min']:.1f} pages/min (last window {s['pages_per_min_window']:.1f}), "
         f"success rate {(s['success_rate'] or 0) * 100:.1f}%",
-        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), 403 bans {s['bans']}, gave up {s['gave_up']}, "
-        f"exceptions: {exc}",
+        f"  rate-limited {s['rate_limited']} ({pct:.1f}%), 403 bans {s['bans']}{challenges}, "
+        f"gave up {s['gave_up']}, exceptions: {exc}",
         f"  download latency P50 {sec(s['latency_p50'])} P95 {sec(s['latency_p95'])} "
         f"P99 {sec(s['latency_p99'])}; gate wait P50 {sec(s['wait_p50'])} P95 {sec(s['wait_p95'])}",
         f"  {s['exit_ips']} exit IPs (source: {sources})",

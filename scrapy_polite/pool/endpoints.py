@@ -315,9 +315,14 @@ def _reason_without_credentials(line: str) -> str:
 
 
 def load_endpoints(
-    proxies: Iterable[Any], proxies_file: str | None, gateway_sessions: int, reload: bool = False
-) -> tuple[list[Endpoint], list[str]]:
-    """Endpoints of ``POLITE_PROXIES`` plus ``POLITE_PROXIES_FILE``, and the duplicates left out.
+    proxies: Iterable[Any],
+    proxies_file: str | None,
+    gateway_sessions: int,
+    reload: bool = False,
+    tiers: Iterable[Any] = (),
+) -> tuple[list[Endpoint], list[str], dict[str, int]]:
+    """Endpoints of ``POLITE_PROXIES`` plus ``POLITE_PROXIES_FILE`` (plus ``POLITE_PROXY_TIERS``), the
+    duplicates left out, and each endpoint key's tier (0 = cheapest; empty without tiers).
 
     Raises when there are none, since a pool of zero would hang the crawl; on a
     *reload*, also when the file lists none, since an emptied file is most likely
@@ -326,20 +331,33 @@ def load_endpoints(
     proxies = list(proxies)
     entries: list[Any] = list(proxies)
     if proxies_file:
-        try:
-            listed = read_proxies_file(proxies_file)
-        except OSError as exc:
-            raise PoliteConfigError(
-                "POLITE_PROXIES_FILE", proxies_file, f"a readable file ({exc.strerror or exc})"
-            ) from None
+        listed = _read_file("POLITE_PROXIES_FILE", proxies_file)
         if reload and not listed:
             raise PoliteConfigError("POLITE_PROXIES_FILE", proxies_file, "at least one proxy URL")
         entries.extend(listed)
     setting = "POLITE_PROXIES_FILE" if proxies_file and not proxies else "POLITE_PROXIES"
+    ranks: dict[str, int] = {}
+    tiers = list(tiers)
+    if tiers:
+        # The tiers are the pool; POLITE_PROXIES (and its file), if set too, come first as tier 0.
+        by_tier = ([entries] if entries else []) + [
+            _read_file("POLITE_PROXY_TIERS", t) if isinstance(t, str) else list(t) for t in tiers
+        ]
+        entries, setting = [e for tier in by_tier for e in tier], "POLITE_PROXY_TIERS"
+        for rank, tier in enumerate(by_tier):
+            for ep in expand(tier, gateway_sessions, setting)[0]:
+                ranks.setdefault(ep.key, rank)
     endpoints, duplicates = expand(entries, gateway_sessions, setting)
     if not endpoints:
         raise PoliteConfigError(
             "POLITE_PROXIES", [shown_url(p) if isinstance(p, str) else p for p in proxies],
             "at least one proxy URL (in POLITE_PROXIES or POLITE_PROXIES_FILE)",
         )
-    return endpoints, duplicates
+    return endpoints, duplicates, ranks
+
+
+def _read_file(setting: str, path: str) -> list[Any]:
+    try:
+        return read_proxies_file(path)
+    except OSError as exc:
+        raise PoliteConfigError(setting, path, f"a readable file ({exc.strerror or exc})") from None

@@ -65,6 +65,13 @@ class SiteConfig:
     #: Item pages that never answer: the connection is held until the client drops
     #: it or the sandbox stops (``max_runtime``).
     hang_items: list[int] = field(default_factory=list)
+    #: The escalation ladder: from this many strikes (requests inside a Retry-After window) an IP
+    #: is flagged for ``flag_time`` s and gets challenge pages (a 200 with a "verify you are human"
+    #: body and a 403 with ``cf-mitigated: challenge``, in turn) until ``strikes_to_block`` blocks it.
+    challenge_after: int | None = None
+    #: IPs flagged from the start (a burned cheap tier), for ``flag_time`` s.
+    flagged_ips: list[str] = field(default_factory=list)
+    flag_time: float = 30.0
 
     def __post_init__(self) -> None:
         self.extra_headers = [[str(name), str(value)] for name, value in self.extra_headers]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .config import ProxyConfig, SandboxConfig, SiteConfig
+from .proxy import nth_address
 
 
 def unlimited() -> SandboxConfig:
@@ -46,6 +47,15 @@ def multi_host() -> SandboxConfig:
     return SandboxConfig(sites=sites, proxies=ProxyConfig(count=8))
 
 
+def ladder() -> SandboxConfig:
+    """Per-IP 1 req/s; an IP that ignores the 429s gets challenges, then a block; proxies 2 and 3
+    are burned for the first 30 s; proxies 6 and 7 make an expensive tier (``POLITE_PROXY_TIERS``)."""
+    burned = [nth_address(ProxyConfig().first_source, i) for i in (2, 3)]
+    site = SiteConfig(name="a", per_ip_rate=1.0, per_ip_burst=1, retry_after=3.0, challenge_after=2,
+                      strikes_to_block=6, flagged_ips=burned, flag_time=30.0, latency=[0.01, 0.05])
+    return SandboxConfig(sites=[site], proxies=ProxyConfig(count=8, gateway=False))
+
+
 def demo() -> SandboxConfig:
     """60-page catalogue, per-IP 1 req/s, 20-80 ms latency, 8 proxies and a gateway."""
     site = SiteConfig(name="shop", pages=60, per_ip_rate=1.0, per_ip_burst=1, latency=[0.02, 0.08])
@@ -59,5 +69,6 @@ SCENARIOS: dict[str, Callable[[], SandboxConfig]] = {
     "shifting": shifting,
     "gateway": gateway,
     "multi-host": multi_host,
+    "ladder": ladder,
     "demo": demo,
 }

@@ -34,6 +34,7 @@ class _IpState:
     penalty_until: float = 0.0
     strikes: int = 0
     blocked: bool = False
+    flagged_until: float = 0.0
 
 
 @dataclass
@@ -43,6 +44,7 @@ class _Reply:
     content_type: str = "text/html; charset=utf-8"
     extra: list[tuple[str, str]] | None = None
     user: str | None = None
+    challenge: bool = False
 
 
 class Site:
@@ -72,6 +74,7 @@ class Site:
         self.sessions: dict[str, tuple[str, str]] = {}
         #: Paths of ``/limited/<n>`` already answered 429 once.
         self._limited_once: set[str] = set()
+        self._challenges = 0
         self._host_override: Any = _UNSET
         self._host_bucket = TokenBucket(None, config.host_burst, rate_fn=self.current_host_rate)
         self._server: asyncio.Server | None = None
@@ -111,6 +114,7 @@ class Site:
             "inflight": self.inflight,
             "blocked": sorted(ip for ip, s in self.ips.items() if s.blocked),
             "strikes": {ip: s.strikes for ip, s in self.ips.items() if s.strikes},
+            "flagged": sorted(ip for ip, s in self.ips.items() if s.flagged_until > time.monotonic()),
         }
 
     async def start(self) -> None:
@@ -131,6 +135,8 @@ class Site:
             cfg = self.config
             bucket = TokenBucket(cfg.per_ip_rate, cfg.per_ip_burst) if cfg.per_ip_rate is not None else None
             st = self.ips[ip] = _IpState(bucket)
+            if ip in cfg.flagged_ips:
+                st.flagged_until = self.started + cfg.flag_time
         return st
 
     async def _handle_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -161,11 +167,18 @@ class Site:
         limited = cfg.rate_limited_status
         if st.blocked:
             return _Reply(403, b"<h1>Forbidden</h1><p>blocked</p>")
-        if now < st.penalty_until:
+        flagged = now < st.flagged_until
+        if st.flagged_until and not flagged:
+            st.flagged_until, st.strikes = 0.0, 0  # the flag expired: the IP starts clean
+        if now < st.penalty_until or flagged:
             st.strikes += 1
             if cfg.strikes_to_block is not None and st.strikes >= cfg.strikes_to_block:
                 st.blocked = True
                 return _Reply(403, b"<h1>Forbidden</h1><p>blocked</p>")
+            if cfg.challenge_after is not None and st.strikes >= cfg.challenge_after and not flagged:
+                st.flagged_until, flagged = now + cfg.flag_time, True
+            if flagged:
+                return self._challenge()
             remaining = max(0.0, st.penalty_until - now)
             hdrs = self._retry_after_remaining(remaining)
             return _Reply(limited, b"<h1>Too Many Requests</h1><p>strike</p>", extra=hdrs)
@@ -181,6 +194,13 @@ class Site:
             st.bucket.take()
         self._host_bucket.take()
         return None
+
+    def _challenge(self) -> _Reply:
+        """A challenge page, by turns a 200 with a "verify you are human" body and a marked 403."""
+        self._challenges += 1
+        if self._challenges % 2:
+            return _Reply(200, _CHALLENGE_BODY, challenge=True)
+        return _Reply(403, _CHALLENGE_BODY, extra=[("cf-mitigated", "challenge")], challenge=True)
 
     def _retry_after_remaining(self, remaining: float) -> list[tuple[str, str]]:
         """Retry-After for a strike: the rest of the current window."""
@@ -261,6 +281,8 @@ class Site:
                     "inflight_host": inflight_host,
                     "sid": sid,
                     "user": reply.user if reply is not None else None,
+                    "challenge": reply.challenge if reply is not None else False,
+                    "blocked": st.blocked,
                 }
             )
         return keep
@@ -377,6 +399,12 @@ class Site:
                 return _Reply(400, b"<h1>Bad status</h1>")
             return _Reply(code, f"<h1>Status {code}</h1>".encode())
         return _Reply(404, b"<h1>Not Found</h1>")
+
+
+_CHALLENGE_BODY = (
+    b"<!DOCTYPE html><html><head><title>Just a moment...</title></head><body>"
+    b"<h1>Checking your browser</h1><p>Please verify you are human to continue.</p></body></html>"
+)
 
 
 def _literal_retry_after(form: str) -> list[tuple[str, str]]:

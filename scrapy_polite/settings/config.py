@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.errors import PoliteConfigError, Shown
 from scrapy_polite.pool.endpoints import Endpoint, load_endpoints, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
 
@@ -82,6 +83,23 @@ DEFAULTS: dict[str, Any] = {
     "POLITE_HOST_MEMORY": HOST_MEMORY,
     "POLITE_STATS_TOP": 50,
     "POLITE_STATS_SESSIONS_MAP": 1000,
+    "POLITE_RESPONSE_POLICY": "scrapy_polite.downloader.response_policy.ResponsePolicy",
+    "POLITE_CHALLENGE_PATTERNS": [
+        {"header": "cf-mitigated", "value": "challenge"},
+        {"header": "x-amzn-waf-action", "value": "captcha|challenge"},
+        {"body": r"(?i)verify (that )?you are (a )?human|<title>\s*just a moment\.\.\.|cf-chl-|"
+                 r"px-captcha|captcha-delivery\.com"},
+        # Widgets and scripts that ordinary pages carry too: a challenge only on an error status.
+        {"status": [403, 429, 503], "body": r"(?i)g-recaptcha|h-captcha|hcaptcha\.com|challenges\.cloudflare\.com|"
+                                            r"_incapsula_resource"},
+    ],
+    "POLITE_CHALLENGE_BENCH": 1800.0,
+    "POLITE_CHALLENGE_RETRY_TIMES": 3,
+    "POLITE_PROXY_TIERS": [],
+    "POLITE_TIER_ESCALATE_AFTER": 3,
+    "POLITE_TIER_COOLDOWN": 600.0,
+    "POLITE_SESSION_MAX_REQUESTS": None,
+    "POLITE_SESSION_MAX_AGE": None,
 }
 
 #: The longest duration any ``POLITE_*`` setting accepts (30 days): a longer one is a typo,
@@ -98,6 +116,20 @@ PLAYWRIGHT_RESOURCE_TYPES = (
     "stylesheet", "image", "media", "font", "script", "texttrack", "xhr", "fetch",
     "eventsource", "websocket", "manifest", "other",
 )
+
+
+#: How much of a body the challenge patterns search: challenge pages are small, catalogues need not be read whole.
+CHALLENGE_BODY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class ChallengePattern:
+    """One marker of a challenge page: a header (value regex), or statuses plus a body regex."""
+
+    header: str | None = None
+    value: re.Pattern[str] | None = None
+    statuses: frozenset[int] = frozenset()
+    body: re.Pattern[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +206,18 @@ class PoliteConfig:
     host_memory: int = HOST_MEMORY
     stats_top: int = 50
     stats_sessions_map: int = 1000
+    response_policy: str = DEFAULTS["POLITE_RESPONSE_POLICY"]
+    challenge_patterns: tuple[ChallengePattern, ...] = ()
+    challenge_bench: float = 1800.0
+    challenge_retry_times: int = 3
+    #: Endpoint keys by tier, cheapest first; empty without ``POLITE_PROXY_TIERS``.
+    proxy_tiers: tuple[Any, ...] = field(default=(), repr=False)
+    #: Each endpoint key's tier (0 = cheapest); empty without tiers.
+    endpoint_tiers: dict[str, int] = field(default_factory=dict, repr=False)
+    tier_escalate_after: int = 3
+    tier_cooldown: float = 600.0
+    session_max_requests: int | None = None
+    session_max_age: float | None = None
     #: Per slot/host key, from Scrapy's ``DOWNLOAD_SLOTS``: they win over the POLITE_* defaults.
     host_overrides: dict[str, HostLimits] = field(default_factory=dict)
 
@@ -259,6 +303,15 @@ class PoliteConfig:
             stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
             stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
             host_overrides=r.download_slots(HostLimits(host_conc, conc_max, delay)),
+            response_policy=r.str("POLITE_RESPONSE_POLICY"),
+            challenge_patterns=r.challenge_patterns("POLITE_CHALLENGE_PATTERNS"),
+            challenge_bench=r.float("POLITE_CHALLENGE_BENCH", minimum=0.0, maximum=MAX_SECONDS),
+            challenge_retry_times=r.int("POLITE_CHALLENGE_RETRY_TIMES", minimum=0),
+            proxy_tiers=r.proxy_tiers("POLITE_PROXY_TIERS"),
+            tier_escalate_after=r.int("POLITE_TIER_ESCALATE_AFTER", minimum=1),
+            tier_cooldown=r.float("POLITE_TIER_COOLDOWN", minimum=0.0, maximum=MAX_SECONDS),
+            session_max_requests=r.optional_int("POLITE_SESSION_MAX_REQUESTS", minimum=1),
+            session_max_age=r.optional_float("POLITE_SESSION_MAX_AGE", minimum=0.1),
         )
         if cfg.enabled:
             endpoints, duplicates = cfg.load_endpoints()
@@ -273,7 +326,11 @@ class PoliteConfig:
         *reload*, also when the file lists none, since an emptied file is most likely
         one being rewritten, and dropping its endpoints would strand their sessions.
         """
-        return load_endpoints(self.proxies, self.proxies_file, self.gateway_sessions, reload)
+        endpoints, duplicates, ranks = load_endpoints(
+            self.proxies, self.proxies_file, self.gateway_sessions, reload, self.proxy_tiers
+        )
+        object.__setattr__(self, "endpoint_tiers", ranks)
+        return endpoints, duplicates
 
 
 class _Reader:
@@ -416,6 +473,46 @@ class _Reader:
         if not all(isinstance(v, str) and v for v in values):
             raise PoliteConfigError(name, values, "a list of non-empty strings")
         return values
+
+    def challenge_patterns(self, name: str) -> tuple[ChallengePattern, ...]:
+        """Each entry a dict: ``{"header": name, "value": regex}`` or ``{"status": [codes], "body": regex}``."""
+        expected = 'a list of {"header": name, "value": regex} or {"status": [codes], "body": regex} dicts'
+        found: list[ChallengePattern] = []
+        for entry in self.list(name):
+            if not isinstance(entry, dict) or not entry or set(entry) - {"header", "value", "status", "body"}:
+                raise PoliteConfigError(name, entry, expected)
+            header, value, body = entry.get("header"), entry.get("value"), entry.get("body")
+            statuses = entry.get("status", [])
+            if (header is None) == (body is None) or (header is None and value is not None):
+                raise PoliteConfigError(name, entry, expected)
+            if not isinstance(statuses, (list, tuple)) or any(
+                not isinstance(c, int) or not 100 <= c <= 599 for c in statuses
+            ):
+                raise PoliteConfigError(name, entry, "a status list of HTTP codes")
+            if header is not None and (not isinstance(header, str) or not header):
+                raise PoliteConfigError(name, entry, expected)
+            try:
+                found.append(ChallengePattern(
+                    header=header.lower() if header else None,
+                    value=re.compile(value, re.IGNORECASE) if value is not None else None,
+                    statuses=frozenset(statuses),
+                    body=re.compile(body.encode()) if isinstance(body, str) else None,
+                ))
+            except (re.error, TypeError) as exc:
+                raise PoliteConfigError(name, entry, f"valid regular expressions ({exc})") from None
+        return tuple(found)
+
+    def proxy_tiers(self, name: str) -> tuple[Any, ...]:
+        """Each tier a list of proxies, or the path of a proxies file; tiers come cheapest first."""
+        tiers: list[Any] = []
+        for tier in self.list(name):
+            if isinstance(tier, str):
+                tiers.append(tier)
+            elif isinstance(tier, (list, tuple)) and tier:
+                tiers.append(tuple(tier))
+            else:
+                raise PoliteConfigError(name, Shown("[...]"), "a list of tiers: proxy lists or proxies-file paths")
+        return tuple(tiers)
 
     def codes(self, name: str) -> frozenset[int]:
         return frozenset(self._number(name, v, int, 100, 599) for v in self.list(name))

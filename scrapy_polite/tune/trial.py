@@ -115,9 +115,10 @@ class TrialGuard:
             self.paced_attempts += 1
             self.paced_rate_limited += outcome.rate_limited
         self.statuses[outcome.label] += 1
-        if outcome.is_ban(self.ban_codes) and self.first_ban is None:
+        # The response policy's verdict: a challenge is as much a sign of blocking as a ban.
+        if (outcome.is_ban(self.ban_codes) or outcome.challenge) and self.first_ban is None:
             self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
-                              "time": outcome.time}
+                              "time": outcome.time, "verdict": outcome.verdict}
             self.stop_reason = "blocked"
             logger.warning(
                 "scrapy-polite tune: %s answered %s via %s; stopping this trial (first sign of blocking)",
@@ -159,7 +160,7 @@ class TrialGuard:
         # Successful pages/min from the spider's start to its last answer: the
         # wind-down after the allowance is spent is not part of the measure.
         end = self.last_answer if self.last_answer is not None else time.time()
-        keep = ("success", "rate_limited", "bans", "gave_up", "exceptions", "latency_p50",
+        keep = ("success", "rate_limited", "bans", "challenges", "gave_up", "exceptions", "latency_p50",
                 "latency_p95", "latency_p99", "pages_per_min", "elapsed", "exit_ips")
         cfg = self.runtime.config
         result = {

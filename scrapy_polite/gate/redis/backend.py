@@ -497,7 +497,8 @@ class RedisGate(GateCore):
                 continue
             # Dead endpoints stay on offer: one probe per longest backoff (the script decides).
             if (not st.removed and st.inflight < self.endpoint_concurrency and st.unhealthy_until <= now
-                    and self._spacing.get((key, host), 0.0) <= now):
+                    and self._spacing.get((key, host), 0.0) <= now
+                    and (only is not None or self._may_take(host, key))):
                 out.append(self._ids[key])
                 if len(out) >= CANDIDATES:
                     break
@@ -523,7 +524,10 @@ class RedisGate(GateCore):
                     return "session_wait", ready - self._clock()
             # Every usable endpoint, this process's pin first: the script can repin
             # (or tell a pin to an endpoint this process lacks) without another trip.
-            usable = [k for k, st in self._endpoints.items() if self.endpoint_usable(st) and k != pinned]
+            usable = [
+                k for k, st in self._endpoints.items()
+                if self.endpoint_usable(st) and k != pinned and self._may_take(host, k)
+            ]
             if pinned is not None and pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned]):
                 usable.insert(0, pinned)
             hint = self._ids[usable[0]] if usable and usable[0] == pinned else ""
