@@ -43,9 +43,7 @@ class Runtime:
     def policy(self) -> ResponsePolicy:
         """The ``POLITE_RESPONSE_POLICY`` every component asks what an answer means."""
         if self._policy is None:
-            from scrapy_polite.downloader.response_policy import load_policy
-
-            self._policy = load_policy(self.crawler, self.config.response_policy)
+            self._policy = _load_policy(self.crawler, self.config.response_policy)
         return self._policy
 
     @property
@@ -139,3 +137,16 @@ def get_runtime(crawler: Crawler) -> Runtime:
     if rt is None:
         rt = _runtimes[crawler] = Runtime(crawler)
     return rt
+
+
+def _load_policy(crawler: Crawler, path: str) -> ResponsePolicy:
+    """The ``POLITE_RESPONSE_POLICY`` class, built from the crawler (loaded by path, as Scrapy loads components)."""
+    from scrapy.utils.misc import build_from_crawler, load_object
+
+    from scrapy_polite.errors import PoliteConfigError
+
+    try:
+        cls = load_object(path)
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise PoliteConfigError("POLITE_RESPONSE_POLICY", path, f"an importable class path ({exc})") from None
+    return build_from_crawler(cls, crawler)

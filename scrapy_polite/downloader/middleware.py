@@ -127,10 +127,7 @@ class PoliteProxyMiddleware:
         host = self.host_key(request)
         not_before = pop_not_before(meta)
         arrived = time.monotonic()
-        acquiring = (
-            self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
-            if pinned is not None else self.gate.acquire(host, session, not_before, tag=request.url)
-        )
+        acquiring = self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
         lease = await maybe_deferred_to_future(acquiring)
         meta[LEASE_KEY] = lease
         probing = self.exit_ips.known(lease.endpoint)

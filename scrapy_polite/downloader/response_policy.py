@@ -113,16 +113,3 @@ def _header_matches(p: ChallengePattern, headers: Any) -> bool:
         if p.value is None or p.value.search(text):
             return True
     return False
-
-
-def load_policy(crawler: Crawler, path: str) -> ResponsePolicy:
-    """The ``POLITE_RESPONSE_POLICY`` class, built from the crawler."""
-    from scrapy.utils.misc import build_from_crawler, load_object
-
-    from scrapy_polite.errors import PoliteConfigError
-
-    try:
-        cls = load_object(path)
-    except (ImportError, NameError, ValueError, AttributeError) as exc:
-        raise PoliteConfigError("POLITE_RESPONSE_POLICY", path, f"an importable class path ({exc})") from None
-    return build_from_crawler(cls, crawler)
