@@ -336,3 +336,60 @@ def test_a_download_error_is_classified_once_browser_and_splash_first() -> None:
     to_splash = Request("http://splash:8050/", meta={"splash": {"args": {}}, "_splash_processed": True})
     assert answers.classify_exception(to_splash, ConnectionRefusedError()).kind == answers.SPLASH
     assert answers.classify_exception(Request("http://t.test/"), ConnectionRefusedError()).kind == failures.PROXY
+
+
+# -- what an attempt leads to ----------------------------------------------------------
+
+
+class _Calls:
+    """Records every call made on it, by name, and answers with *returns*."""
+
+    def __init__(self, returns: Any = None) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.returns = returns
+
+    def __getattr__(self, name: str) -> Any:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args, kwargs))
+            return self.returns
+        return record
+
+    def names(self) -> list[str]:
+        return [name for name, _, _ in self.calls]
+
+
+def test_each_verdict_leads_to_its_reaction_and_requeue_kind() -> None:
+    from twisted.internet.error import ConnectionRefusedError
+
+    from scrapy_polite.downloader.attempts import Attempts
+    from scrapy_polite.downloader.response_policy import ResponsePolicy
+
+    cfg = config(POLITE_BAN_CODES=[403], POLITE_RETRY_AFTER_MAX=30)
+    lease = SimpleNamespace(host="t.test", gap=1.0, granted_at=0.0, session=None,
+                            endpoint=SimpleNamespace(key="e1", label="e1"))
+
+    def attempt(status: int | None, body: bytes = b"", **headers: str) -> tuple[list[str], list[Any], Any]:
+        blame, recorder = _Calls(), _Calls(returns="again")
+        runtime = SimpleNamespace(config=cfg, policy=ResponsePolicy(cfg), throttle=None)
+        attempts = Attempts(runtime, crawler().stats, blame, recorder)  # type: ignore[arg-type]
+        request = Request("http://t.test/page")
+        if status is None:
+            out = attempts.failed(request, ConnectionRefusedError(), lease)  # type: ignore[arg-type]
+        else:
+            response = Response(request.url, status=status, headers=headers, body=body, request=request)
+            out = attempts.answered(request, response, lease)  # type: ignore[arg-type]
+        return blame.names(), recorder.calls, out
+
+    blamed, recorded, out = attempt(429, **{"Retry-After": "7"})
+    assert blamed == ["rate_limited"] and out == "again"
+    assert recorded[0][0] == "requeue" and recorded[0][1][1] == "rate" and recorded[0][2]["delay"] == 7.0
+    blamed, recorded, out = attempt(403)
+    assert blamed == ["answered", "banned", "identity_flagged"] and recorded[0][1][1] == "ban"
+    blamed, recorded, _ = attempt(403, **{"cf-mitigated": "challenge"})
+    assert blamed == ["answered", "challenged", "identity_flagged"] and recorded[0][1][1] == "challenge"
+    blamed, recorded, _ = attempt(407)
+    assert blamed == ["endpoint_failed"] and recorded[0][1][1] == "proxy"
+    blamed, recorded, _ = attempt(None)
+    assert blamed == ["endpoint_failed"] and recorded[0][1][1] == "proxy"
+    blamed, recorded, out = attempt(200, b"<html>fine</html>")
+    assert blamed == ["answered"] and [c[0] for c in recorded] == ["attempt"] and out.status == 200

@@ -10,16 +10,15 @@ proxy credentials are derived from it. See docs/architecture.md.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from scrapy_polite.downloader import answers, failures, requeue
 from scrapy_polite.downloader import playwright as playwright_support
-from scrapy_polite.downloader import splash as splash_support
+from scrapy_polite.downloader import requeue
+from scrapy_polite.downloader.attempts import Attempts
 from scrapy_polite.downloader.blame import Blame
 from scrapy_polite.downloader.exit_ip import ExitIps
 from scrapy_polite.downloader.gate_events import GateEvents
@@ -28,15 +27,12 @@ from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
 from scrapy_polite.downloader.maintenance import Maintenance, announce
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
-    REVISES_KEY,
     host_key,
     pool_endpoint,
     pop_not_before,
     preset_proxy,
 )
 from scrapy_polite.downloader.recorder import Recorder
-from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, Verdict
-from scrapy_polite.downloader.retry_after import cooldown
 from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
 from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.state import Lease
@@ -46,7 +42,6 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.http.headers import Headers
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +56,11 @@ class PoliteProxyMiddleware:
         self.config = rt.config
         self.gate = rt.gate
         self.stats = crawler.stats
-        self._rng = random.Random()
         self.maintenance = Maintenance(crawler, self.config, self.gate)
         self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
         self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), rt.tiers)
         self.identities = Identities(crawler, self.config)
-        self.blame = Blame(crawler, rt, self.identities)
+        self.attempts = Attempts(rt, self.stats, Blame(crawler, rt, self.identities), self.recorder)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
         rt.middleware = self
@@ -148,62 +142,14 @@ class PoliteProxyMiddleware:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if lease is None:
             return response
-        self.gate.release(lease)
-        self.playwright.finish(request)
-        status, headers = response.status, response.headers
-        if splash_support.is_processed(request):
-            answer = splash_support.classify(request, response)
-            if answer.kind == "splash":
-                # Splash's own failure (overloaded, timeout, script error) says nothing about
-                # the target or the proxy: no throttling; RetryMiddleware decides on a retry.
-                self.stats.inc_value("polite/splash_errors")
-                self.stats.inc_value(f"polite/splash_errors/{response.status}")
-                logger.debug("scrapy-polite: %s for %s, not the target's answer", answer.reason, request)
-                return response
-            if answer.kind == "proxy":
-                self.blame.endpoint_failed(lease, answer.reason)
-                return self.recorder.requeue(request, "proxy", lease, response=response)
-            status, headers = answer.status or status, answer.headers
-        return self._answered(request, response, lease, status, headers)
-
-    def _answered(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> Any:
-        """The target's (or the proxy's) answer *status*, as the response policy judges it."""
-        verdict = self.runtime.policy.classify(request, response, status=status, headers=headers)
-        if verdict.kind == PROXY_ERROR:
-            self.blame.endpoint_failed(lease, verdict.reason)
-            return self.recorder.requeue(request, "proxy", lease, response=response)
-        if verdict.kind == RATE_LIMITED:
-            delay = self._cooldown(headers.get(b"Retry-After"))
-            self.blame.rate_limited(lease, status, delay, verdict.proxy_side)
-            return self.recorder.requeue(
-                request, "rate", lease, response=response, delay=delay, proxy_side=verdict.proxy_side
-            )
-        self.blame.answered(lease)
-        if verdict.kind in STRONG:
-            return self._flagged(request, response, lease, verdict, status)
-        if self.runtime.throttle is not None:
-            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
-        self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
-        return response
-
-    def _flagged(self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int) -> Any:
-        """A challenge or ban: the pool and the identity hear of it, and the request goes again."""
-        if verdict.kind == BAN:
-            self.blame.banned(lease, status)
-        else:
-            self.blame.challenged(request, response, lease, verdict, self._cooldown(None))
-        self.blame.identity_flagged(request, lease, verdict)
-        return self.recorder.requeue(request, "ban" if verdict.kind == BAN else "challenge", lease, response=response)
+        self._give_back(request, lease)
+        return self.attempts.answered(request, response, lease)
 
     def marked(self, response: Response, kind: str, reason: str) -> list[Request]:
-        """A page the spider's callback marked as a challenge or ban: re-queued like one; its record revises the page's."""
+        """A page the spider's callback marked as a challenge or ban (``PoliteMarksMiddleware``)."""
         request = response.request
         lease: Lease | None = request.meta.get(LEASE_KEY) if request is not None else None
-        if request is None or lease is None:
-            return []
-        request.meta[REVISES_KEY] = True
-        new = self._flagged(request, response, lease, Verdict(kind, reason), response.status)
-        return [new] if new is not None and new is not response else []
+        return [] if lease is None else self.attempts.marked(response, lease, kind, reason)
 
     def process_exception(self, request: Request, exception: Exception, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
@@ -217,28 +163,9 @@ class PoliteProxyMiddleware:
             return None
         if lease is None:
             return None
+        self._give_back(request, lease)
+        return self.attempts.failed(request, exception, lease)
+
+    def _give_back(self, request: Request, lease: Lease) -> None:
         self.gate.release(lease)
         self.playwright.finish(request)
-        failure = answers.classify_exception(request, exception)
-        if failure.kind == answers.SPLASH:
-            # The endpoint stays healthy; RetryMiddleware decides on a retry.
-            self.stats.inc_value("polite/splash_errors")
-            self.stats.inc_value(f"polite/splash_errors/{failure.reason}")
-            return None
-        if failure.kind == failures.PROXY_RATE:
-            delay = self._cooldown(None)
-            self.blame.rate_limited(lease, None, delay, proxy_side=True)
-            return self.recorder.requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
-        if failure.kind == failures.PROXY:
-            self.blame.endpoint_failed(lease, failure.reason)
-            return self.recorder.requeue(request, "proxy", lease, exception=exception)
-        if failure.kind == failures.AMBIGUOUS:
-            self.blame.unanswered(lease, failure.reason, request.url)
-            return self.recorder.requeue(request, "timeout", lease, exception=exception)
-        self.recorder.attempt(request, lease, exception=exception)
-        return None
-
-    # -- helpers ----------------------------------------------------------
-
-    def _cooldown(self, header: bytes | None) -> float:
-        return cooldown(header, self.config.cooldown, self.config.retry_after_max, self._rng)

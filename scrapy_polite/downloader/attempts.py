@@ -1,0 +1,123 @@
+"""What one attempt's answer or download error leads to: its verdict, the pool's reaction, and a re-queue or not.
+
+The middleware hands every leased attempt here once its lease is given back;
+the verdicts come from the response policy and ``answers``, the reactions
+from ``Blame``, the re-queue decisions and records from ``Recorder``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import TYPE_CHECKING, Any
+
+from scrapy_polite.downloader import answers, failures
+from scrapy_polite.downloader import splash as splash_support
+from scrapy_polite.downloader.proxy_meta import REVISES_KEY
+from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, Verdict
+from scrapy_polite.downloader.retry_after import cooldown
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.http import Response
+    from scrapy.http.headers import Headers
+
+    from scrapy_polite.downloader.blame import Blame
+    from scrapy_polite.downloader.recorder import Recorder
+    from scrapy_polite.gate.state import Lease
+    from scrapy_polite.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+
+
+class Attempts:
+    """Judges each finished attempt and returns what the downloader middleware returns for it."""
+
+    def __init__(self, runtime: Runtime, stats: Any, blame: Blame, recorder: Recorder) -> None:
+        self.runtime = runtime
+        self.config = runtime.config
+        self.stats = stats
+        self.blame = blame
+        self.recorder = recorder
+        self._rng = random.Random()
+
+    def answered(self, request: Request, response: Response, lease: Lease) -> Any:
+        """A response came through *lease*: the response, or the request to send again instead."""
+        status, headers = response.status, response.headers
+        if splash_support.is_processed(request):
+            answer = splash_support.classify(request, response)
+            if answer.kind == "splash":
+                # Splash's own failure (overloaded, timeout, script error) says nothing about
+                # the target or the proxy: no throttling; RetryMiddleware decides on a retry.
+                self._splash_error(str(response.status))
+                logger.debug("scrapy-polite: %s for %s, not the target's answer", answer.reason, request)
+                return response
+            if answer.kind == "proxy":
+                self.blame.endpoint_failed(lease, answer.reason)
+                return self.recorder.requeue(request, "proxy", lease, response=response)
+            status, headers = answer.status or status, answer.headers
+        return self._judged(request, response, lease, status, headers)
+
+    def failed(self, request: Request, exception: Exception, lease: Lease) -> Any:
+        """The download of *request* through *lease* raised *exception*: a request to send again, or None."""
+        failure = answers.classify_exception(request, exception)
+        if failure.kind == answers.SPLASH:
+            self._splash_error(failure.reason)  # the endpoint stays healthy; RetryMiddleware decides
+            return None
+        if failure.kind == failures.PROXY_RATE:
+            delay = self.cooldown(None)
+            self.blame.rate_limited(lease, None, delay, proxy_side=True)
+            return self.recorder.requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
+        if failure.kind == failures.PROXY:
+            self.blame.endpoint_failed(lease, failure.reason)
+            return self.recorder.requeue(request, "proxy", lease, exception=exception)
+        if failure.kind == failures.AMBIGUOUS:
+            self.blame.unanswered(lease, failure.reason, request.url)
+            return self.recorder.requeue(request, "timeout", lease, exception=exception)
+        self.recorder.attempt(request, lease, exception=exception)
+        return None
+
+    def marked(self, response: Response, lease: Lease, kind: str, reason: str) -> list[Request]:
+        """A page the spider's callback marked as a challenge or ban: re-queued like one; its record revises the page's."""
+        request = response.request
+        assert request is not None
+        request.meta[REVISES_KEY] = True
+        new = self._flagged(request, response, lease, Verdict(kind, reason), response.status)
+        return [new] if new is not None and new is not response else []
+
+    def cooldown(self, header: bytes | None) -> float:
+        """The wait before a rate-limited request goes again: its ``Retry-After``, capped, or the jittered cooldown."""
+        return cooldown(header, self.config.cooldown, self.config.retry_after_max, self._rng)
+
+    def _judged(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> Any:
+        """The target's (or the proxy's) answer *status*, as the response policy judges it."""
+        verdict = self.runtime.policy.classify(request, response, status=status, headers=headers)
+        if verdict.kind == PROXY_ERROR:
+            self.blame.endpoint_failed(lease, verdict.reason)
+            return self.recorder.requeue(request, "proxy", lease, response=response)
+        if verdict.kind == RATE_LIMITED:
+            delay = self.cooldown(headers.get(b"Retry-After"))
+            self.blame.rate_limited(lease, status, delay, verdict.proxy_side)
+            return self.recorder.requeue(
+                request, "rate", lease, response=response, delay=delay, proxy_side=verdict.proxy_side
+            )
+        self.blame.answered(lease)
+        if verdict.kind in STRONG:
+            return self._flagged(request, response, lease, verdict, status)
+        if self.runtime.throttle is not None:
+            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
+        self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
+        return response
+
+    def _flagged(self, request: Request, response: Response, lease: Lease, verdict: Verdict, status: int) -> Any:
+        """A challenge or ban: the pool and the identity hear of it, and the request goes again."""
+        if verdict.kind == BAN:
+            self.blame.banned(lease, status)
+        else:
+            self.blame.challenged(request, response, lease, verdict, self.cooldown(None))
+        self.blame.identity_flagged(request, lease, verdict)
+        return self.recorder.requeue(request, "ban" if verdict.kind == BAN else "challenge", lease, response=response)
+
+    def _splash_error(self, reason: str) -> None:
+        self.stats.inc_value("polite/splash_errors")
+        self.stats.inc_value(f"polite/splash_errors/{reason}")
