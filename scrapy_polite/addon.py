@@ -57,6 +57,7 @@ class Addon:
         rate_codes = rate_limit_codes(settings)
         retry_codes = [c for c in settings.getlist("RETRY_HTTP_CODES") if _status(c) not in rate_codes]
         settings.set("RETRY_HTTP_CODES", retry_codes, max(settings.getpriority("RETRY_HTTP_CODES") or 0, 15))
+        _lift_slot_concurrency(settings)
         for name, value in (("DOWNLOAD_DELAY", 0), ("AUTOTHROTTLE_ENABLED", False)):
             priority = settings.getpriority(name) or 0
             if priority <= 15:
@@ -67,6 +68,28 @@ class Addon:
                     "and slows the crawl; remove it and tune POLITE_DELAY instead",
                     name, settings.get(name),
                 )
+
+
+def _lift_slot_concurrency(settings: BaseSettings) -> None:
+    """Let Scrapy's download slot carry as many transfers as the gate grants one host.
+
+    The slot caps a host's transfers at ``CONCURRENT_REQUESTS_PER_DOMAIN`` (default 8)
+    after the gate granted them, so a granted request would wait there holding its
+    endpoint, and ``POLITE_HOST_CONCURRENCY`` above 8 would silently mean 8. A value the
+    project set itself stays, with a warning when it is below the gate's.
+    """
+    from scrapy_polite.settings.config import host_concurrency_max
+
+    name, most = "CONCURRENT_REQUESTS_PER_DOMAIN", host_concurrency_max(settings)
+    if settings.getint(name) >= most:
+        return
+    if (settings.getpriority(name) or 0) <= 15:
+        settings.set(name, most, "addon")
+    else:
+        logger.warning(
+            "scrapy-polite: %s=%r from your settings caps each host below POLITE_HOST_CONCURRENCY(_MAX) (%d); "
+            "remove it and set POLITE_HOST_CONCURRENCY instead", name, settings.get(name), most,
+        )
 
 
 def _status(code: Any) -> Any:

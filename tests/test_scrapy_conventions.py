@@ -115,6 +115,35 @@ async def test_addon_keeps_components_as_written_and_answers_defaults(sandbox) -
     assert settings.getint("POLITE_HOST_CONCURRENCY") == 3
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_host_concurrency_above_scrapys_per_domain_default_is_reached(sandbox) -> None:
+    # Scrapy's download slot is meant to hold a host at CONCURRENT_REQUESTS_PER_DOMAIN (8): the add-on lifts it.
+    sb = sandbox(SandboxConfig(sites=[site(latency=[0.3, 0.3])], proxies=ProxyConfig(count=16)))
+    paths = " ".join(f"/item/{i}" for i in range(1, 49))
+    result = await crawl(Paths, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": 0, "POLITE_HOST_CONCURRENCY": 12,
+                                 "CONCURRENT_REQUESTS": 32}, base=sb.site_url("a"), paths=paths)
+    assert result.crawler.settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 12
+    log = sb.log()
+    assert sorted(items_fetched(log)) == list(range(1, 49))
+    assert 8 < max_inflight_host(log, "a") <= 12
+
+
+def test_a_per_domain_limit_the_project_set_stays() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_polite.addon import Addon
+
+    ours = Settings({"POLITE_HOST_CONCURRENCY": 4, "POLITE_ADAPTIVE": True})
+    Addon().update_settings(ours)
+    assert ours.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 16  # the adaptive search's ceiling, 4x
+    theirs = Settings({"POLITE_HOST_CONCURRENCY": 12, "CONCURRENT_REQUESTS_PER_DOMAIN": 4})
+    Addon().update_settings(theirs)
+    assert theirs.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 4
+    low = Settings({"POLITE_HOST_CONCURRENCY": 2})
+    Addon().update_settings(low)
+    assert low.getint("CONCURRENT_REQUESTS_PER_DOMAIN") == 8  # Scrapy's default already lets 2 through
+
+
 def _effective(crawler: Any) -> dict[str, Any]:
     """The crawl's settings and its enabled components, minus the add-on's own names."""
     values = {

@@ -231,16 +231,8 @@ class PoliteConfig:
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
         r = _Reader(settings)
-        host_conc = r.int("POLITE_HOST_CONCURRENCY", minimum=1, maximum=100_000)
+        host_conc, conc_max = r.host_concurrency()
         adaptive = r.bool("POLITE_ADAPTIVE")
-        conc_max = r.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1, maximum=100_000)
-        if conc_max is None:
-            conc_max = host_conc * 4 if adaptive else host_conc
-        elif conc_max < host_conc:
-            raise PoliteConfigError(
-                "POLITE_HOST_CONCURRENCY_MAX", conc_max,
-                f"an integer >= POLITE_HOST_CONCURRENCY ({host_conc})",
-            )
         delay = r.range("POLITE_DELAY")
         floor = r.float("POLITE_DELAY_FLOOR", minimum=0.0)
         timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
@@ -517,6 +509,19 @@ class _Reader:
     def codes(self, name: str) -> frozenset[int]:
         return frozenset(self._number(name, v, int, 100, 599) for v in self.list(name))
 
+    def host_concurrency(self) -> tuple[int, int]:
+        """``POLITE_HOST_CONCURRENCY`` and ``POLITE_HOST_CONCURRENCY_MAX`` (4x it in adaptive mode by default)."""
+        host_conc = self.int("POLITE_HOST_CONCURRENCY", minimum=1, maximum=100_000)
+        conc_max = self.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1, maximum=100_000)
+        if conc_max is None:
+            return host_conc, host_conc * 4 if self.bool("POLITE_ADAPTIVE") else host_conc
+        if conc_max < host_conc:
+            raise PoliteConfigError(
+                "POLITE_HOST_CONCURRENCY_MAX", conc_max,
+                f"an integer >= POLITE_HOST_CONCURRENCY ({host_conc})",
+            )
+        return host_conc, conc_max
+
     def rate_limit_codes(self) -> frozenset[int]:
         """``POLITE_RATE_LIMIT_CODES``: never empty, or no component would handle a 429."""
         name = "POLITE_RATE_LIMIT_CODES"
@@ -604,3 +609,8 @@ def enabled(settings: BaseSettings) -> bool:
 def rate_limit_codes(settings: BaseSettings) -> frozenset[int]:
     """The validated ``POLITE_RATE_LIMIT_CODES``, for the add-on, which runs before the config is built."""
     return _Reader(settings).rate_limit_codes()
+
+
+def host_concurrency_max(settings: BaseSettings) -> int:
+    """The most requests the gates let one host have in flight, for the add-on (before the config is built)."""
+    return _Reader(settings).host_concurrency()[1]
