@@ -140,18 +140,18 @@ def test_idle_session_is_forgotten_and_sessions_stays_right() -> None:
     held = lease(gate, "a", "s2")
     assert set(gate.sessions()) == {"s1", "s2"}
     pinned = next(st.endpoint for st in gate.endpoints.values() if st.endpoint.label == gate.sessions()["s1"])
-    assert gate.endpoints[pinned.key].sessions == 1
+    assert gate.session_load.of(pinned.key) == 1
     clock.now += 11.0
     gate.sweep()
     assert set(gate.sessions()) == {"s2"}  # s2 is busy: kept however long
-    assert gate.endpoints[pinned.key].sessions == 0
+    assert gate.session_load.of(pinned.key) == 0
     gate.release(held)
     clock.now += 5.0
     gate.release(lease(gate, "a", "s3"))
     clock.now += 6.0
     gate.sweep()
     assert set(gate.sessions()) == {"s3"}
-    assert sum(st.sessions for st in gate.endpoints.values()) == 1
+    assert sum(gate.session_load.of(k) for k in gate.endpoints) == 1
 
 
 @pytest.mark.once
@@ -335,3 +335,54 @@ async def test_stats_stay_top_n_plus_other_across_many_slots(sandbox) -> None:
     eps = {k[len("polite/endpoint/"):-len("/attempts")] for k in stats
            if k.startswith("polite/endpoint/") and k.endswith("/attempts")}
     assert len(eps) == 5 + 1 and stats["polite/endpoints_folded"] == len({e["ip"] for e in log}) - 5
+
+
+# -- choosing an endpoint for a new session --------------------------------------
+
+
+@pytest.mark.once
+def test_session_load_walks_endpoints_fewest_sessions_first() -> None:
+    from scrapy_polite.gate.state import SessionLoad
+
+    load = SessionLoad()
+    for key in "abc":
+        load.add(key)
+    load.pin("a")
+    load.pin("a")
+    load.pin("b")
+    assert [list(bucket) for bucket in load.least_shared()] == [["c"], ["b"], ["a"]]
+    load.unpin("a")
+    load.unpin("a")
+    load.unpin("a")  # never below zero
+    assert [list(bucket) for bucket in load.least_shared()] == [["c", "a"], ["b"]]
+    assert (load.of("a"), load.of("b"), load.of("missing")) == (0, 1, 0)
+    load.add("b")  # adding a known endpoint keeps its count
+    assert load.of("b") == 1
+
+
+@pytest.mark.once
+def test_new_sessions_fill_every_endpoint_once_before_any_twice_and_skip_benched_ones() -> None:
+    clock = Clock()
+    gate = make_gate(clock, n=200, host_concurrency=10_000)
+    benched = next(iter(gate.endpoints))
+    gate.ban_endpoint(benched, "a", 60.0)
+    for i in range(199 * 2):
+        gate.release(lease(gate, "a", f"s{i}"))
+        clock.now += 0.001
+    per_endpoint = Counter(gate.sessions().values())
+    assert gate.endpoints[benched].endpoint.label not in per_endpoint  # banned for this host
+    assert len(per_endpoint) == 199 and set(per_endpoint.values()) == {2}, per_endpoint
+
+
+@pytest.mark.once
+def test_new_session_takes_a_healthy_endpoint_before_an_as_little_shared_one_in_backoff() -> None:
+    clock = Clock()
+    gate = make_gate(clock, n=3, host_concurrency=10)
+    cooling = list(gate.endpoints)[0]
+    gate.endpoint_failed(cooling)
+    label = gate.endpoints[cooling].endpoint.label
+    gate.release(lease(gate, "a", "s0"))
+    gate.release(lease(gate, "a", "s1"))
+    assert label not in {gate.sessions()["s0"], gate.sessions()["s1"]}
+    gate.acquire("a", "s2")  # fewest sessions wins over health: it waits out the backoff there
+    assert gate.sessions()["s2"] == label

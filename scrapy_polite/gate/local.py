@@ -17,7 +17,7 @@ from typing import Any
 
 from scrapy_polite.gate.backoff import PAIR_MEMORY, draw_spacing
 from scrapy_polite.gate.core import CallLater, GateCore, cancel_timer
-from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter
+from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionLoad, SessionState, Waiter
 from scrapy_polite.pool.endpoints import Endpoint
 from scrapy_polite.pool.host_memory import HOST_MEMORY, HostMemory
 
@@ -59,6 +59,7 @@ class LocalGate(GateCore):
         self._reactor_call_later = call_later or _reactor_call_later
         # Endpoints with a free request slot, least recently granted first.
         self._idle: OrderedDict[str, None] = OrderedDict()
+        self.session_load = SessionLoad()
         self._pairs: dict[tuple[str, str], _PairState] = {}
         self._waiting_hosts: dict[str, None] = {}
         self._timer: object | None = None
@@ -102,9 +103,10 @@ class LocalGate(GateCore):
         self._sweep_sessions(now, SWEEP)
 
     def _on_unpinned(self, s: SessionState, endpoint_key: str) -> None:
-        self._endpoints[endpoint_key].sessions -= 1
+        self.session_load.unpin(endpoint_key)
 
     def _on_endpoint_added(self, key: str) -> None:
+        self.session_load.add(key)
         self._idle[key] = None
         self._idle.move_to_end(key, last=False)
 
@@ -216,8 +218,8 @@ class LocalGate(GateCore):
             s = self._sessions.get(key)
             if s is None or not s.idle():
                 continue
-            if s.endpoint_key is not None and s.endpoint_key in self._endpoints:
-                self._endpoints[s.endpoint_key].sessions -= 1
+            if s.endpoint_key is not None:
+                self.session_load.unpin(s.endpoint_key)
             del self._sessions[key]
             self._dropped += 1
             forgotten += 1
@@ -315,7 +317,7 @@ class LocalGate(GateCore):
                 if key is None:
                     return None, self._next_health_change(now)
                 s.endpoint_key = key
-                self._endpoints[key].sessions += 1
+                self.session_load.pin(key)
             st = self._endpoints[s.endpoint_key]
             if st.removed:  # within its removal grace: wait for it to come back
                 until = self._removals.until(st.endpoint.key)
@@ -345,18 +347,23 @@ class LocalGate(GateCore):
         return ready
 
     def _choose_for_session(self, host: str, now: float) -> str | None:
-        best: tuple[int, float, float] | None = None
-        best_key = None
-        for key, st in self._endpoints.items():
-            if not self.endpoint_usable(st) or not self._may_take(host, key):
-                continue
-            pair = self._pairs.get((key, host))
-            if pair is not None and pair.banned_until > now:
-                continue
-            rank = (st.sessions, max(st.unhealthy_until, now), st.last_granted)
-            if best is None or rank < best:
-                best, best_key = rank, key
-        return best_key
+        """The least-shared endpoint *host* may use, a healthy one before one in its backoff."""
+        for keys in self.session_load.least_shared():
+            cooling, cooling_until = None, math.inf
+            for key in keys:
+                st = self._endpoints[key]
+                if not self.endpoint_usable(st) or not self._may_take(host, key):
+                    continue
+                pair = self._pairs.get((key, host))
+                if pair is not None and pair.banned_until > now:
+                    continue
+                if st.unhealthy_until <= now:
+                    return key
+                if st.unhealthy_until < cooling_until:
+                    cooling, cooling_until = key, st.unhealthy_until
+            if cooling is not None:
+                return cooling
+        return None
 
     def _next_health_change(self, now: float) -> float:
         times = [st.unhealthy_until for st in self._endpoints.values() if st.unhealthy_until > now]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from twisted.internet.defer import Deferred
@@ -65,7 +65,6 @@ class EndpointState:
     failures: int = 0
     unhealthy_until: float = 0.0
     removed: bool = False
-    sessions: int = 0
     last_granted: float = 0.0
     requests: int = 0
 
@@ -132,6 +131,51 @@ class SessionState:
     def turn_of(self, waiter: Waiter) -> bool:
         """Whether *waiter* is this session's next request, and nothing of it is in flight."""
         return not self.busy and bool(self.queue) and self.queue[0] is waiter
+
+
+class SessionLoad:
+    """How many sessions each endpoint carries, in buckets by that count.
+
+    A new session goes to the least-shared endpoint. Walking the buckets from
+    the smallest count finds one at once in a balanced pool, where comparing
+    every endpoint cost O(pool) per new session (4 ms at 10,000 endpoints).
+    Within a bucket, the endpoint that reached the count first comes first.
+    """
+
+    def __init__(self) -> None:
+        self._count: dict[str, int] = {}
+        self._buckets: dict[int, dict[str, None]] = {}
+
+    def add(self, key: str) -> None:
+        if key not in self._count:
+            self._count[key] = 0
+            self._buckets.setdefault(0, {})[key] = None
+
+    def of(self, key: str) -> int:
+        return self._count.get(key, 0)
+
+    def pin(self, key: str) -> None:
+        self._move(key, 1)
+
+    def unpin(self, key: str) -> None:
+        if self._count.get(key, 0) > 0:
+            self._move(key, -1)
+
+    def least_shared(self) -> Iterator[Iterable[str]]:
+        """The endpoints a bucket at a time, fewest sessions first (do not pin while walking)."""
+        for count in sorted(self._buckets):
+            yield self._buckets[count]
+
+    def _move(self, key: str, delta: int) -> None:
+        old = self._count.get(key)
+        if old is None:
+            return
+        bucket = self._buckets[old]
+        del bucket[key]
+        if not bucket:
+            del self._buckets[old]
+        self._count[key] = old + delta
+        self._buckets.setdefault(old + delta, {})[key] = None
 
 
 class RemovalGrace:
