@@ -6,6 +6,7 @@ import asyncio
 import functools
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -356,13 +357,32 @@ async def test_pins_expire_when_the_session_idles(redis_server) -> None:
     assert client.zcard(f"t:pc:{pinned}") == 1
     await asyncio.sleep(1.2)
     assert client.get("t:pin:u") is None
-    # Its share of the endpoint went with it: a new session may take that endpoint again.
+    # Its share of the endpoint went with it: the next new session's count of that endpoint leaves it out.
     other, _ = await granted(a.acquire("h", session="w"))
-    assert other.endpoint.key == first.endpoint.key
-    assert client.zrange(f"t:pc:{pinned}", 0, -1) == ["w"]
+    assert "u" not in client.zrange(f"t:pc:{pinned}", 0, -1)
+    assert client.zrange(f"t:pc:{a._ids[other.endpoint.key]}", 0, -1) == ["w"]
     a.release(other)
     client.close()
     await stop(a)
+
+
+@on_asyncio
+async def test_new_sessions_spread_over_a_large_pool_looking_at_a_bounded_number_of_endpoints(redis_server) -> None:
+    from scrapy_polite.gate.redis.backend import SESSION_CHOICES
+
+    a = gate(redis_server.url, n=40, host_concurrency=100)
+    others, complete = a._session_choices("h", None)
+    assert (len(others), complete) == (SESSION_CHOICES, "0")
+    small = gate(redis_server.url, n=3, namespace="small")
+    assert (len(small._session_choices("h", None)[0]), small._session_choices("h", None)[1]) == (3, "1")
+    pinned = next(iter(small.endpoints))
+    assert pinned not in small._session_choices("h", pinned)[0]
+    for i in range(80):
+        lease, _ = await granted(a.acquire("h", session=f"s{i}"))
+        a.release(lease)
+    per_endpoint = Counter(a.sessions().values())
+    assert len(per_endpoint) == 40 and max(per_endpoint.values()) <= 3, per_endpoint
+    await stop(a, small)
 
 
 @on_asyncio

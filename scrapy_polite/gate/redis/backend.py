@@ -34,9 +34,12 @@ logger = logging.getLogger(__name__)
 
 #: At most this many endpoints are offered to one grant attempt of an unpinned
 #: request (the least recently used first), so a script stays short however big
-#: the pool is; a session's first request may look at this many to pin one.
+#: the pool is.
 CANDIDATES = 64
-SESSION_CANDIDATES = 512
+#: A session's request offers its pin and this many other usable endpoints (the
+#: least recently used first): the script pins a new session to the least shared
+#: of them, or repins a lost one, at a cost that does not grow with the pool.
+SESSION_CHOICES = 16
 #: The orphans list keeps the newest this many entries.
 ORPHANS_KEPT = 100_000
 #: Host-wide refusals: no other waiter of that host could be granted either.
@@ -504,6 +507,18 @@ class RedisGate(GateCore):
                     break
         return out
 
+    def _session_choices(self, host: str, pinned: str | None) -> tuple[list[str], str]:
+        """Up to SESSION_CHOICES usable endpoints other than *pinned*, least recently used first,
+        and '1' when they are all this process has (the script may then drop a pin it lacks)."""
+        out: list[str] = []
+        for key in self._order:
+            if key == pinned or not self.endpoint_usable(self._endpoints[key]) or not self._may_take(host, key):
+                continue
+            if len(out) == SESSION_CHOICES:
+                return out, "0"
+            out.append(key)
+        return out, "1"
+
     def _next_free(self, host: str, now: float) -> float:
         """When an endpoint with a free slot is next out of its backoff and its spacing for *host*
         (a busy one wakes the pump when it is released)."""
@@ -522,17 +537,12 @@ class RedisGate(GateCore):
                 ready = self._spacing.get((pinned, host), 0.0)
                 if ready > self._clock():
                     return "session_wait", ready - self._clock()
-            # Every usable endpoint, this process's pin first: the script can repin
-            # (or tell a pin to an endpoint this process lacks) without another trip.
-            usable = [
-                k for k, st in self._endpoints.items()
-                if self.endpoint_usable(st) and k != pinned and self._may_take(host, k)
-            ]
-            if pinned is not None and pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned]):
-                usable.insert(0, pinned)
-            hint = self._ids[usable[0]] if usable and usable[0] == pinned else ""
-            complete = "1" if len(usable) <= SESSION_CANDIDATES else "0"
-            ids = [self._ids[k] for k in usable[:SESSION_CANDIDATES]]
+            # The pin first, then a few usable others, so the script can repin (or tell a
+            # pin to an endpoint this process lacks) without another trip.
+            others, complete = self._session_choices(host, pinned)
+            pin_ok = pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned])
+            hint = self._ids[pinned] if pinned is not None and pin_ok else ""
+            ids = ([hint] if hint else []) + [self._ids[k] for k in others]
         else:
             hint, complete = "", "0"
             ids = self._free_candidates(host, only=w.endpoint)
