@@ -38,7 +38,7 @@ from scrapy_polite.downloader.exit_ip import parse_probe_body
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.report import ReportData, build, render
-from scrapy_polite.metrics.stats import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, PoliteStats
+from scrapy_polite.metrics.stats import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, MAX_HOSTS, OTHER, PoliteStats
 from scrapy_polite.metrics.summary import format_summary
 from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -348,6 +348,34 @@ def test_memory_does_not_grow_with_responses(tmp_path: Path) -> None:
     assert len(stats.exit_ips) <= MAX_EXIT_IPS + 1
     assert all(len(h.exit_ips) <= MAX_EXIT_IPS_PER_HOST + 1 for h in stats.hosts.values())
     assert stats.summary()["exit_ips"] == MAX_EXIT_IPS  # pooled overflow is not an IP
+
+
+def test_a_host_busy_late_in_a_broad_crawl_gets_its_row_and_the_tables_stay_bounded(tmp_path: Path) -> None:
+    stats = make_stats(tmp_path)
+
+    def outcome(i: int, host: str) -> Outcome:
+        return Outcome(
+            time=1_700_000_000.0 + i * 0.01, url=f"http://{host}/", host=host, endpoint="http://127.0.0.1:9000",
+            session=None, status=429, exception=None, wait=0.0, latency=0.05, exit_ip="127.0.0.10",
+            exit_ip_source="header", requeues=0, rate_limited=True,
+        )
+
+    n = 10 * MAX_HOSTS
+    for i in range(n):  # one 429 each from many hosts, then one busy host
+        stats.record(outcome(i, f"h{i}.test"))
+    for i in range(300):
+        stats.record(outcome(n + i, "late.test"))
+    for i in range(3 * MAX_HOSTS):  # more newcomers: the busy host keeps its row
+        stats.record(outcome(n + 300 + i, f"new{i}.test"))
+    assert len(stats.hosts) <= 2 * MAX_HOSTS
+    assert stats.hosts["late.test"].total == 300
+    assert sum(h.total for h in stats.hosts.values()) == stats.total == n + 300 + 3 * MAX_HOSTS
+    live = {k: v for k, v in stats.stats.get_stats().items() if k.startswith("polite/rate_limited/host/")}
+    assert len(live) <= 2 * MAX_HOSTS + 1 and sum(live.values()) == stats.total
+    assert live["polite/rate_limited/host/late.test"] == 300 and live[f"polite/rate_limited/host/{OTHER}"] > 0
+    assert sum(h.latency is not None for h in stats.hosts.values()) <= stats.config.stats_top
+    top = stats.summary()["hosts"]
+    assert max(top, key=lambda k: top[k]["attempts"]) == OTHER and top["late.test"]["attempts"] == 300
 
 
 def test_summary_table_reads_per_host_and_per_endpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -31,7 +31,7 @@ SWEEP = 2
 Learned = tuple[int, tuple[float, float], float, float]
 
 
-@dataclass
+@dataclass(slots=True)
 class _PairState:
     last_granted: float = -math.inf
     next_allowed: float = 0.0

@@ -79,7 +79,7 @@ class EndpointState:
         return "cooling" if self.unhealthy_until > now else "healthy"
 
 
-@dataclass
+@dataclass(slots=True)
 class HostState:
     limit: int
     delay: tuple[float, float]
@@ -115,7 +115,7 @@ class HostState:
         return max(self.delay[1], self.min_delay)
 
 
-@dataclass
+@dataclass(slots=True)
 class SessionState:
     key: str
     endpoint_key: str | None = None

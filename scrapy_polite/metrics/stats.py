@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 _HIST_RANGE = (1, 3_600_000)
 _DIGITS_OVERALL = 3
 _DIGITS_HOST = 2
-#: Beyond these, new names are pooled under OTHER so a broad crawl or a
-#: rotating gateway with millions of exits cannot grow memory without bound.
+#: Beyond these, names are pooled under OTHER so a broad crawl or a rotating
+#: gateway with millions of exits cannot grow memory without bound (hosts: the
+#: busiest MAX_HOSTS keep their rows, see :func:`admit_host`).
 MAX_HOSTS = 500
 MAX_ENDPOINTS = 5000
 MAX_EXIT_IPS = 1024
@@ -55,6 +56,26 @@ def _ms(seconds: float) -> int:
 
 def _capped(table: dict[str, Any] | set[str], key: str, limit: int) -> str:
     return key if key in table or len(table) < limit else OTHER
+
+
+def admit_host(hosts: dict[str, HostStats], host: str, limit: int) -> list[str]:
+    """Make room for *host* in *hosts*; return the names folded into OTHER.
+
+    The table holds up to twice *limit* names. When it is full, the less busy
+    half goes into the OTHER row, so a host that becomes busy late in a broad
+    crawl still gets a row of its own, at an amortised O(log n) per new host,
+    and the totals stay exact.
+    """
+    if host in hosts or len(hosts) < 2 * limit:
+        return []
+    ranked = sorted((k for k in hosts if k != OTHER), key=lambda k: hosts[k].total)
+    other = hosts.get(OTHER)
+    if other is None:
+        other = hosts[OTHER] = HostStats(latency=False)
+    folded = ranked[: len(ranked) - limit + 1]
+    for name in folded:
+        other.merge(hosts.pop(name))
+    return folded
 
 
 def fold_top(table: dict[str, dict[str, Any]], n: int) -> tuple[dict[str, dict[str, Any]], int]:
@@ -134,6 +155,15 @@ class _Counts:
         self.bans += ban
         self.challenges += challenge
 
+    def merge(self, other: _Counts) -> None:
+        """Add *other*'s counts to these (a name folded into OTHER)."""
+        self.statuses.update(other.statuses)
+        self.ok += other.ok
+        self.total += other.total
+        self.rate_limited += other.rate_limited
+        self.bans += other.bans
+        self.challenges += other.challenges
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "attempts": self.total,
@@ -159,6 +189,14 @@ class HostStats(_Counts):
         self.latency: HdrHistogram | None = _histogram(_DIGITS_HOST) if latency else None
         self.exit_ips: Counter[str] = Counter()
 
+    def merge(self, other: _Counts) -> None:
+        super().merge(other)
+        if isinstance(other, HostStats):
+            for ip, n in other.exit_ips.items():
+                self.exit_ips[_capped(self.exit_ips, ip, MAX_EXIT_IPS_PER_HOST)] += n
+            if self.latency is not None and other.latency is not None:
+                self.latency.add(other.latency)
+
 
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
@@ -176,6 +214,7 @@ class PoliteStats:
         self.latency = _histogram()
         self.wait = _histogram()
         self.hosts: dict[str, HostStats] = {}
+        self._host_histograms = 0  # hosts with a latency histogram (POLITE_STATS_TOP)
         self.endpoints: dict[str, _Counts] = {}
         self.exit_ips: Counter[str] = Counter()
         self.exit_ip_sources: Counter[str] = Counter()
@@ -223,7 +262,10 @@ class PoliteStats:
         self.bans += ban
         self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
-        host = _capped(self.hosts, outcome.host, MAX_HOSTS)
+        host = outcome.host
+        folded = admit_host(self.hosts, host, MAX_HOSTS)
+        if folded:
+            self._fold_host_keys(folded)
         endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
         source = outcome.exit_ip_source or "unknown"
         self.exit_ip_sources[source] += 1
@@ -251,7 +293,8 @@ class PoliteStats:
             inc(f"polite/exception/{outcome.exception}")
         h = self.hosts.get(host)
         if h is None:
-            h = self.hosts[host] = HostStats(latency=len(self.hosts) < self.config.stats_top)
+            h = self.hosts[host] = HostStats(latency=self._host_histograms < self.config.stats_top)
+            self._host_histograms += h.latency is not None
         h.add(label, ok, limited, ban, challenge)
         if endpoint:
             e = self.endpoints.get(endpoint)
@@ -280,6 +323,16 @@ class PoliteStats:
             self._prom.observe(outcome, label, ph, pe, _distinct(h.exit_ips))
             self._prom.set_rates(*self.pages_per_min(outcome.time))
 
+    def _fold_host_keys(self, names: list[str]) -> None:
+        """Move the live per-host stats keys of *names* to OTHER's, so their number stays bounded."""
+        table = self.stats.get_stats()
+        for kind in ("rate_limited", "challenges"):
+            for name in names:
+                value = table.pop(f"polite/{kind}/host/{name}", None)
+                if value:
+                    self.stats.inc_value(f"polite/{kind}/host/{OTHER}", value)
+        self._host_histograms = sum(h.latency is not None for h in self.hosts.values())
+
     def _unrecord_page(self, outcome: Outcome) -> None:
         """Take back the page the attempt's first record counted (its status, ok, attempt)."""
         label = str(outcome.status) if outcome.status is not None else "unknown"
@@ -290,7 +343,7 @@ class PoliteStats:
         inc("polite/success", -1)
         inc(f"polite/status/{label}", -1)
         for table, key in ((self.hosts, outcome.host), (self.endpoints, outcome.endpoint)):
-            counts = table.get(key) if key else None
+            counts = (table.get(key) or table.get(OTHER)) if key else None
             if counts is not None:
                 counts.total -= 1
                 counts.ok -= 1

@@ -52,6 +52,8 @@ class Verdict:
 class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
+    __slots__ = ("limited", "clean_rates", "clean_gaps", "last_ambiguous")
+
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
         self.limited: deque[tuple[float, str]] = deque()

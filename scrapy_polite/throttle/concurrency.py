@@ -21,6 +21,8 @@ HYSTERESIS = 1.5
 class ConcurrencyModel:
     """One host's latency and the concurrency derived from it."""
 
+    __slots__ = ("latency", "cap", "last_decrease", "floor_hits")
+
     def __init__(self) -> None:
         self.latency: float | None = None
         #: An upper bound set by concurrency signals (halved each), lifted by clean windows.

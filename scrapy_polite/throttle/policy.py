@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.pool.host_memory import HostMemory
@@ -47,7 +48,7 @@ MIN_INTERVAL = 0.02
 CHALLENGE_FACTOR = 0.5
 
 
-@dataclass
+@dataclass(slots=True)
 class _HostPolicy:
     #: Last clean-window step (concurrency, spacing restored toward POLITE_DELAY).
     last_change: float
@@ -72,8 +73,8 @@ _KEPT = (("concurrency", "last_decrease"), ("", "last_signal"), ("concurrency", 
          ("spacing", "bad_gap"))
 
 
-def _kept(p: _HostPolicy) -> tuple[Any, ...]:
-    return tuple(getattr(getattr(p, part) if part else p, name) for part, name in _KEPT)
+_kept: Callable[[_HostPolicy], tuple[Any, ...]] = attrgetter(
+    *(f"{part}.{name}" if part else name for part, name in _KEPT))
 
 
 _NOTHING_KEPT = _kept(_HostPolicy(last_change=0.0))

@@ -55,6 +55,9 @@ class Signal:
 class RateSearch:
     """One host's search for its host-wide limit."""
 
+    __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
+                 "last_limited", "probing", "grants", "answers")
+
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
         self.good: float | None = None

@@ -29,6 +29,8 @@ Band = tuple[float, float]
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
+    __slots__ = ("bad_gap", "changed", "clean_gaps")
+
     def __init__(self) -> None:
         self.bad_gap = 0.0
         self.changed = -math.inf
