@@ -365,6 +365,8 @@ def test_throttle_events_name_each_changed_value() -> None:
     ]
     assert throttle_events(new, {**new, "paused_until": 160.0}, {"park": 1}, now=100.5)[-1] == {
         "change": "park", "from": 0.5, "to": 59.5}
+    assert throttle_events(old, new, {"concurrency": "cut"}, now=100.0)[0] == {
+        "change": "concurrency", "from": 4, "to": 2, "cause": "cut"}
     assert throttle_events(new, new, {}, now=100.0) == []
     assert throttle_events(new, {**new, "paused_until": 101.0}, {}, now=102.0) == []  # a pause already over
 

@@ -42,8 +42,9 @@ class Changes:
         self.seen.append((host, events, evidence))
 
     def concurrency_cuts_on_per_ip_signals(self) -> int:
+        """Cuts (not fits to rate x latency, which follow the spacing a per-IP signal raised)."""
         return sum(e["to"] < e["from"] for _, events, ev in self.seen if ev.get("blame") == "per-ip"
-                   for e in events if e["change"] == "concurrency")
+                   for e in events if e["change"] == "concurrency" and e.get("cause") != "fit")
 
     def last_spacing(self, host: str) -> list[float] | None:
         spacing = [e["to"] for h, events, _ in self.seen if h == host for e in events if e["change"] == "spacing"]

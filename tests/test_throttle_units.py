@@ -284,3 +284,23 @@ def test_a_challenge_halves_the_host_rate_and_cuts_concurrency_in_adaptive_mode_
     assert 1 / gate.host("a").interval == pytest.approx(rate / 2)
     assert gate.host("a").limit == 2
     assert changes[-1][4]["why"] == "challenge page"
+    assert changes[-1][4]["concurrency"] == "cut"
+
+
+def test_a_per_ip_signal_that_slows_the_pool_fits_concurrency_and_names_it_a_fit() -> None:
+    # 8 endpoints at 0.5 s and 0.25 s latency need 8 in flight; at a spacing above 3 s, 2.
+    p, gate, ft, changes = policy(True, POLITE_HOST_CONCURRENCY=1, POLITE_HOST_CONCURRENCY_MAX=16,
+                                  POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    for _ in range(40):
+        ft.advance(0.05)
+        p.ok("a", 200, granted_at=ft.now - 0.25)
+    gate.set_host_interval("a", 0.0)
+    ft.advance(0.05)
+    p.ok("a", 200, granted_at=ft.now - 0.25)
+    assert gate.host("a").limit == 8
+    changes.clear()
+    p.rate_limited("a", ep, 2.0, gap=2.0, slack=0.0, granted_at=ft.now)
+    assert gate.host("a").delay[0] >= 2.0 and gate.host("a").limit == 2
+    (_, old, new, _, evidence), = changes
+    assert evidence["blame"] == PER_IP and evidence["concurrency"] == "fit"

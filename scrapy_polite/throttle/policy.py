@@ -60,6 +60,9 @@ class _HostPolicy:
     rate: RateSearch = field(default_factory=RateSearch)
     concurrency: ConcurrencyModel = field(default_factory=ConcurrencyModel)
     attribution: Attribution = field(default_factory=Attribution)
+    #: What moved concurrency in the decision being made: "cut" (a signal that points at
+    #: concurrency), "fit" (rate x latency), "clean window"; the event line says which.
+    concurrency_cause: str | None = None
 
     @property
     def last_decrease(self) -> float:
@@ -168,8 +171,7 @@ class ThrottlePolicy:
         changes += self._fit_concurrency(p, host)
         changes += self._maybe_park(p, host, status, evidence)
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join([f"{status} via {endpoint.label}", *changes]),
-                        evidence)
+            self._report(p, host, old, "; ".join([f"{status} via {endpoint.label}", *changes]), evidence)
 
     def on_challenge(self, host: str, endpoint: Endpoint, delay: float, *, granted_at: float | None = None) -> None:
         """A challenge page from *host* via *endpoint*: a stronger slow-down than a 429.
@@ -191,8 +193,7 @@ class ThrottlePolicy:
                     "gap": None, "slack": None}
         changes += self._maybe_park(p, host, "challenge", evidence)
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join([f"challenge via {endpoint.label}", *changes]),
-                        evidence)
+            self._report(p, host, old, "; ".join([f"challenge via {endpoint.label}", *changes]), evidence)
 
     def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None) -> None:
         """A clean answer from *host*: a step of each search, and after a clean window, of concurrency."""
@@ -219,7 +220,7 @@ class ThrottlePolicy:
             changes += self._clean_window(p, host, now)
         changes += self._fit_concurrency(p, host)
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join(changes), {"status": status, "gap": _finite(gap)})
+            self._report(p, host, old, "; ".join(changes), {"status": status, "gap": _finite(gap)})
 
     def unanswered(self, host: str, park: bool) -> str:
         """Several endpoints got no answer from *host*: slow it down, or park it.
@@ -242,7 +243,7 @@ class ThrottlePolicy:
         elif gate.host(host).limit > 1:
             changes += self._cut_concurrency(p, host, now)
         if changes:
-            self.notify(host, old, self._snapshot(host), "; ".join(["no answer via several endpoints", *changes]))
+            self._report(p, host, old, "; ".join(["no answer via several endpoints", *changes]), {})
         return "; ".join(changes)
 
     # -- bookkeeping ----------------------------------------------------------
@@ -263,7 +264,7 @@ class ThrottlePolicy:
                 # spacing, and climbs from there while its answers stay clean.
                 before = self._snapshot(host)
                 reason = self._set_rate(p, host, limits.concurrency / limits.delay[0], now)
-                self.notify(host, before, self._snapshot(host), f"slow start: {reason}", {})
+                self._report(p, host, before, f"slow start: {reason}", {})
         return p
 
     def _signalled(self, host: str, endpoint: Endpoint, delay: float, now: float) -> tuple[_HostPolicy, dict[str, Any], float]:
@@ -278,6 +279,13 @@ class ThrottlePolicy:
         p.rate.answer(False, now)
         self.gate.cool_endpoint(endpoint.key, host, delay)
         return p, old, sent
+
+    def _report(self, p: _HostPolicy, host: str, old: dict[str, Any], reason: str, evidence: dict[str, Any]) -> None:
+        """Hand one decision to *notify*, with what moved concurrency if anything did."""
+        if p.concurrency_cause is not None:
+            evidence["concurrency"] = p.concurrency_cause
+            p.concurrency_cause = None
+        self.notify(host, old, self._snapshot(host), reason, evidence)
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)
@@ -390,6 +398,7 @@ class ThrottlePolicy:
         if new is None:
             return []
         self.gate.set_host_limit(host, new)
+        p.concurrency_cause = "cut"
         return [f"concurrency {before} -> {new}"]
 
     def _fit_concurrency(self, p: _HostPolicy, host: str) -> list[str]:
@@ -405,6 +414,7 @@ class ThrottlePolicy:
             return []
         before = h.limit
         self.gate.set_host_limit(host, new)
+        p.concurrency_cause = p.concurrency_cause or "fit"
         lat = p.concurrency.latency
         return [f"concurrency {before} -> {new} ({rate:.2f} req/s x {lat or 0:.2f} s latency)"]
 
@@ -432,6 +442,7 @@ class ThrottlePolicy:
         new = p.concurrency.clean_window(h.limit, base.concurrency_max)
         if new is not None and not cfg.adaptive:
             self.gate.set_host_limit(host, new)
+            p.concurrency_cause = "clean window"
             changes.append("clean window: +1 concurrency")
         if not cfg.adaptive:
             band = p.spacing.restored(h.delay, base.delay, self._spacing_floor(p, host))
@@ -455,13 +466,17 @@ def throttle_events(
 ) -> list[dict[str, Any]]:
     """What one throttle decision changed, one ``{"change", "from", "to"}`` per value.
 
-    ``concurrency``, ``spacing`` (the delay band, seconds), ``host_rate``
+    ``concurrency`` (with its ``cause`` where the policy named one: ``cut``,
+    ``fit`` or ``clean window``), ``spacing`` (the delay band, seconds), ``host_rate``
     (req/s, ``None``: unlimited), and ``pause`` or ``park`` (seconds the host
     is held from *now*, monotonic like the snapshots' ``paused_until``).
     """
     events: list[dict[str, Any]] = []
     if old["concurrency"] != new["concurrency"]:
-        events.append({"change": "concurrency", "from": old["concurrency"], "to": new["concurrency"]})
+        event = {"change": "concurrency", "from": old["concurrency"], "to": new["concurrency"]}
+        if "concurrency" in evidence:
+            event["cause"] = evidence["concurrency"]
+        events.append(event)
     if tuple(old["delay"]) != tuple(new["delay"]):
         events.append({"change": "spacing", "from": _band(old["delay"]), "to": _band(new["delay"])})
     if old["interval"] != new["interval"]:
