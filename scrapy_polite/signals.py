@@ -3,6 +3,17 @@
 Connect with ``crawler.signals.connect(handler, signal=polite_signals.X)``.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def connect(crawler: Any, handlers: dict[object, Callable[..., Any]]) -> None:
+    """Connect each handler to its signal (Scrapy's or ours) on *crawler*'s signal manager."""
+    for signal, handler in handlers.items():
+        crawler.signals.connect(handler, signal=signal)
+
 #: A host's concurrency, delay or pause changed (or a pause ended).
 #: Args: ``host``, ``old`` (dict), ``new`` (dict), ``reason`` (str), ``events`` (list of
 #: ``{"change", "from", "to"}``, one per value), ``evidence`` (dict: what the decision acted on).

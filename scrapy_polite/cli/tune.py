@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,23 +77,8 @@ class Command(ScrapyCommand):
         parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
                             help="spider argument, passed to every trial (may be repeated)")
         group = parser.add_argument_group(title="Tuning")
-        group.add_argument("--budget", metavar="N", default="600",
-                           help="most requests sent to the site, all trials together (default 600)")
-        group.add_argument("--trial-requests", metavar="N", default="100",
-                           help="most requests per trial (default 100)")
-        group.add_argument("--trial-seconds", metavar="S", default="60",
-                           help="longest trial, in seconds (default 60)")
-        group.add_argument("--max-429-rate", metavar="R", default="5%",
-                           help="highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default 5%%)")
-        group.add_argument("--min-gain", metavar="R", default="5%",
-                           help="how much faster a trial must be to replace the best one (default 5%%)")
-        group.add_argument("--start-concurrency", metavar="N", default="2",
-                           help="POLITE_HOST_CONCURRENCY of the first trial (default 2)")
-        group.add_argument("--start-delay", metavar="MIN,MAX", default="0.8,1.6",
-                           help="POLITE_DELAY of the first trial (default 0.8,1.6)")
-        group.add_argument("--max-concurrency", metavar="N", default=None,
-                           help="highest POLITE_HOST_CONCURRENCY to try (default endpoints x "
-                                "POLITE_ENDPOINT_CONCURRENCY, at most CONCURRENT_REQUESTS)")
+        for flag, metavar, default, _, help_text in _OPTIONS:
+            group.add_argument(flag, metavar=metavar, default=default, help=help_text)
         group.add_argument("--logs", metavar="DIR", default=None,
                            help="keep each trial's log, stats JSONL and result in DIR")
 
@@ -108,20 +94,15 @@ class Command(ScrapyCommand):
                 f"{', '.join(clashing)} is set by each trial; use --start-delay / --start-concurrency "
                 "to choose where the search starts", print_help=False,
             )
-        opts.budget = _int_option("--budget", opts.budget, 1)
-        opts.trial_requests = _int_option("--trial-requests", opts.trial_requests, 10)
-        opts.trial_seconds = _float_option("--trial-seconds", opts.trial_seconds, 5.0)
-        opts.max_429_rate = _rate_option("--max-429-rate", opts.max_429_rate)
-        opts.min_gain = _rate_option("--min-gain", opts.min_gain)
-        opts.start_concurrency = _int_option("--start-concurrency", opts.start_concurrency, 1)
-        opts.start_delay = _delay_option("--start-delay", opts.start_delay)
-        if opts.max_concurrency is not None:
-            opts.max_concurrency = _int_option("--max-concurrency", opts.max_concurrency, 1)
-            if opts.max_concurrency < opts.start_concurrency:
-                raise UsageError(
-                    f"--max-concurrency {opts.max_concurrency} is below --start-concurrency "
-                    f"{opts.start_concurrency}", print_help=False,
-                )
+        for flag, _, _, read, _ in _OPTIONS:
+            dest = flag[2:].replace("-", "_")
+            if getattr(opts, dest) is not None:
+                setattr(opts, dest, read(flag, getattr(opts, dest)))
+        if opts.max_concurrency is not None and opts.max_concurrency < opts.start_concurrency:
+            raise UsageError(
+                f"--max-concurrency {opts.max_concurrency} is below --start-concurrency "
+                f"{opts.start_concurrency}", print_help=False,
+            )
         if opts.budget < opts.trial_requests:
             raise UsageError(
                 f"--budget {opts.budget} is smaller than one trial (--trial-requests {opts.trial_requests}); "
@@ -458,6 +439,24 @@ def _delay_option(name: str, value: Any) -> tuple[float, float]:
             print_help=False,
         ) from None
     return (round(low, 2), round(high, 2))
+
+
+#: The tuning options: flag, metavar, default, reader (flag, text -> value), help.
+_OPTIONS: tuple[tuple[str, str, str | None, Callable[[str, Any], Any], str], ...] = (
+    ("--budget", "N", "600", lambda n, v: _int_option(n, v, 1),
+     "most requests sent to the site, all trials together (default 600)"),
+    ("--trial-requests", "N", "100", lambda n, v: _int_option(n, v, 10), "most requests per trial (default 100)"),
+    ("--trial-seconds", "S", "60", lambda n, v: _float_option(n, v, 5.0), "longest trial, in seconds (default 60)"),
+    ("--max-429-rate", "R", "5%", _rate_option,
+     "highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default 5%%)"),
+    ("--min-gain", "R", "5%", _rate_option, "how much faster a trial must be to replace the best one (default 5%%)"),
+    ("--start-concurrency", "N", "2", lambda n, v: _int_option(n, v, 1),
+     "POLITE_HOST_CONCURRENCY of the first trial (default 2)"),
+    ("--start-delay", "MIN,MAX", "0.8,1.6", _delay_option, "POLITE_DELAY of the first trial (default 0.8,1.6)"),
+    ("--max-concurrency", "N", None, lambda n, v: _int_option(n, v, 1),
+     "highest POLITE_HOST_CONCURRENCY to try (default endpoints x POLITE_ENDPOINT_CONCURRENCY, "
+     "at most CONCURRENT_REQUESTS)"),
+)
 
 
 class _Printer:

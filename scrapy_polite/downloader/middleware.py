@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
 
+from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import requeue
 from scrapy_polite.downloader.attempts import Attempts
@@ -64,11 +65,13 @@ class PoliteProxyMiddleware:
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
         rt.middleware = self
-        crawler.signals.connect(self._spider_opened, signal=signals.spider_opened)
-        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
-        crawler.signals.connect(self._request_left, signal=signals.request_left_downloader)
-        # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
-        crawler.signals.connect(self._request_left, signal=signals.request_dropped)
+        polite_signals.connect(crawler, {
+            signals.spider_opened: self._spider_opened,
+            signals.spider_closed: self._spider_closed,
+            signals.request_left_downloader: self._request_left,
+            # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
+            signals.request_dropped: self._request_left,
+        })
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:

@@ -237,11 +237,13 @@ class PoliteStats:
         self._prom_hosts: set[str] = set()
         self._prom_endpoints: set[str] = set()
         rt.stats = self
-        crawler.signals.connect(self.record, signal=polite_signals.outcome_recorded)
-        crawler.signals.connect(self._gave_up, signal=polite_signals.request_gave_up)
-        crawler.signals.connect(self._throttle_changed, signal=polite_signals.host_throttle_changed)
-        crawler.signals.connect(self._opened, signal=signals.spider_opened)
-        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        polite_signals.connect(crawler, {
+            polite_signals.outcome_recorded: self.record,
+            polite_signals.request_gave_up: self._gave_up,
+            polite_signals.host_throttle_changed: self._throttle_changed,
+            signals.spider_opened: self._opened,
+            signals.spider_closed: self._closed,
+        })
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteStats:

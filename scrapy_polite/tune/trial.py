@@ -77,11 +77,13 @@ class TrialGuard:
         self.ban_codes = rt.config.ban_codes
         # Requests admitted but still waiting at the gate get this long to be sent.
         self.grace = max(5.0, 2 * rt.config.delay[1])
-        crawler.signals.connect(self._outcome, signal=polite_signals.outcome_recorded)
-        crawler.signals.connect(self._rate_limited, signal=polite_signals.request_rate_limited)
-        crawler.signals.connect(self._reached, signal=signals.request_reached_downloader)
-        crawler.signals.connect(self._opened, signal=signals.spider_opened)
-        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        polite_signals.connect(crawler, {
+            polite_signals.outcome_recorded: self._outcome,
+            polite_signals.request_rate_limited: self._rate_limited,
+            signals.request_reached_downloader: self._reached,
+            signals.spider_opened: self._opened,
+            signals.spider_closed: self._closed,
+        })
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> TrialGuard:
