@@ -15,9 +15,14 @@ from scrapy_polite.settings.config import PoliteConfig
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_polite.downloader.exit_ip import ExitIps
+    from scrapy_polite.downloader.middleware import PoliteProxyMiddleware
     from scrapy_polite.downloader.response_policy import ResponsePolicy
     from scrapy_polite.gate.base import Gate
     from scrapy_polite.gate.redis.backend import RedisGate
+    from scrapy_polite.metrics.stats import PoliteStats
+    from scrapy_polite.pool.tiers import TierLadder
+    from scrapy_polite.throttle.policy import ThrottlePolicy
 
 #: Sends this process's stats snapshot to the fleet (a shared state only).
 Publisher = Callable[[dict[str, Any]], None]
@@ -32,12 +37,13 @@ class Runtime:
         self._gate: Gate | None = None
         #: Where the stats go for the ``fleet`` command (None: the state is not shared).
         self.publisher: Publisher | None = None
-        self.throttle: Any = None
-        self.stats: Any = None
-        self.exit_ips: Any = None
-        self.middleware: Any = None
-        self._policy: Any = None
-        self.tiers: Any = None
+        #: The components, each set by itself when Scrapy builds it (None: not enabled).
+        self.throttle: ThrottlePolicy | None = None
+        self.stats: PoliteStats | None = None
+        self.exit_ips: ExitIps | None = None
+        self.middleware: PoliteProxyMiddleware | None = None
+        self._policy: ResponsePolicy | None = None
+        self.tiers: TierLadder | None = None
 
     @property
     def policy(self) -> ResponsePolicy:
@@ -49,22 +55,27 @@ class Runtime:
     @property
     def gate(self) -> Gate:
         if self._gate is None:
-            self._gate, self.publisher = _build_gate(self.config)
-            if self.config.endpoint_tiers:
+            cfg = self.config
+            if cfg.endpoint_tiers:
                 from scrapy_polite.pool.tiers import TierLadder
 
-                cfg = self.config
                 self.tiers = TierLadder(
                     cfg.endpoint_tiers, escalate_after=cfg.tier_escalate_after, cooldown=cfg.tier_cooldown,
                     max_hosts=cfg.host_memory,
                 )
-                self._gate.eligible = self.tiers.eligible
+            self._gate, self.publisher = _build_gate(cfg, self.tiers.eligible if self.tiers else None)
         return self._gate
 
 
-def _build_gate(cfg: PoliteConfig) -> tuple[Gate, Publisher | None]:
-    """The in-memory gate, or the Redis one (and its stats publisher) when ``POLITE_STATE`` names a server."""
+def _build_gate(
+    cfg: PoliteConfig, eligible: Callable[[str, str], bool] | None = None
+) -> tuple[Gate, Publisher | None]:
+    """The in-memory gate, or the Redis one (and its stats publisher) when ``POLITE_STATE`` names a server.
+
+    *eligible* says which endpoints a host may take (its proxy tier), when tiers are configured.
+    """
     common: dict[str, Any] = {
+        "eligible": eligible,
         "host_concurrency": cfg.host_concurrency,
         "endpoint_concurrency": cfg.endpoint_concurrency,
         "delay": cfg.delay,

@@ -393,3 +393,44 @@ def test_each_verdict_leads_to_its_reaction_and_requeue_kind() -> None:
     assert blamed == ["endpoint_failed"] and recorded[0][1][1] == "proxy"
     blamed, recorded, out = attempt(200, b"<html>fine</html>")
     assert blamed == ["answered"] and [c[0] for c in recorded] == ["attempt"] and out.status == 200
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool) -> None:
+    from test_units import make_gate
+
+    from scrapy_polite.downloader.blame import Blame
+    from scrapy_polite.downloader.response_policy import Verdict
+    from scrapy_polite.throttle.policy import ThrottlePolicy
+
+    def after(kind: str) -> tuple[Any, Any]:
+        cfg = config(POLITE_ADAPTIVE=adaptive, POLITE_HOST_CONCURRENCY=4, POLITE_CHALLENGE_BENCH=600)
+        g, ft = make_gate(n=4, host_concurrency=4, delay=cfg.delay)
+        throttle = ThrottlePolicy(cfg, g, clock=ft.clock)
+        runtime = SimpleNamespace(config=cfg, gate=g, throttle=throttle, tiers=None)
+        c = crawler()
+        blame = Blame(c, runtime, identities=None)  # type: ignore[arg-type]
+        ep = next(iter(g.endpoints.values())).endpoint
+        for _ in range(12):  # some traffic: the host's sent rate is what a challenge halves
+            leases: list[Any] = []
+            g.acquire("t.test").addCallback(leases.append)
+            ft.advance(0.5)
+            for granted in leases:
+                g.release(granted)
+                throttle.ok("t.test", 200, gap=3.0, granted_at=ft.now - 0.1)
+        lease = SimpleNamespace(host="t.test", endpoint=ep, gap=3.0, slack=0.0, granted_at=ft.now, session=None)
+        if kind == "429":
+            blame.rate_limited(lease, 429, 5.0, proxy_side=False)  # type: ignore[arg-type]
+        else:
+            request = Request("http://t.test/")
+            response = Response(request.url, status=403, request=request)
+            blame.challenged(request, response, lease, Verdict("challenge", "marker"), 5.0)  # type: ignore[arg-type]
+        return g.host("t.test"), g._pair(ep.key, "t.test")
+
+    limited, limited_pair = after("429")
+    challenged, challenged_pair = after("challenge")
+    # The host gets a rate for the whole pool, slower than after a 429.
+    assert challenged.interval > 0 and (limited.interval == 0 or challenged.interval > limited.interval)
+    assert challenged.limit <= 2  # and concurrency is cut (from 4)
+    assert challenged.paused_until > limited.paused_until
+    assert challenged_pair.banned_until - limited_pair.cooldown_until > 500  # the IP benched for the host

@@ -377,3 +377,18 @@ def test_the_429_rate_is_taken_over_paced_answers() -> None:
     assert result.throttled_delay == (0.8, 1.6)
     # Without paced answers (every answer was an endpoint's first), all answers count.
     assert TrialResult(sent=4, attempts=4, success=3, rate_limited=1, paced_attempts=0).rate_429 == 0.25
+
+
+def test_a_challenge_page_stops_the_search_as_a_ban_does() -> None:
+    base = per_ip_site(0.2)
+
+    def challenging(s: TrialSettings, allowance: int) -> TrialResult:
+        result = base(s, allowance)
+        result.challenges = 1 if s.delay[0] < 0.5 else 0
+        return result
+
+    t = tuner(budget=5000)
+    trials = search(t, challenging)
+    assert trials[-1].verdict == "BLOCKED" and "challenge page" in (t.stopped or "")
+    best = t.recommendation()
+    assert best is not None and best.settings.delay[0] >= 0.5

@@ -4,7 +4,7 @@ unclear failures put where the evidence points (the pair, the endpoint or the ho
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import failures
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from scrapy_polite.downloader.identities import Identities
     from scrapy_polite.downloader.response_policy import Verdict
+    from scrapy_polite.gate.base import Gate
     from scrapy_polite.gate.local import Lease
     from scrapy_polite.runtime import Runtime
 
@@ -30,7 +31,7 @@ class Blame:
         self.runtime = runtime
         self.identities = identities
         self.config = runtime.config
-        self.gate: Any = runtime.gate
+        self.gate: Gate = runtime.gate
         self.stats = crawler.stats
         self.evidence = failures.EvidenceTracker(
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
@@ -69,7 +70,12 @@ class Blame:
         """A challenge: the endpoint benched for the host longer than a 429 would, the host slowed for the pool."""
         ep, bench = lease.endpoint, self.config.challenge_bench
         self.gate.ban_endpoint(ep.key, lease.host, bench)
-        self.rate_limited(lease, response.status, delay, proxy_side=False)
+        throttle = self.runtime.throttle
+        if throttle is not None:
+            # Never blamed on one IP's spacing, as a 429 may be: the host rate halves, concurrency is cut.
+            throttle.on_challenge(lease.host, ep, delay, granted_at=lease.granted_at)
+        else:
+            self.gate.cool_endpoint(ep.key, lease.host, delay)
         # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
         self.gate.pause_host(lease.host, delay)
         logger.warning(

@@ -1,4 +1,7 @@
-"""The middleware's periodic work: notice the engine closing, expire lost leases, reload the proxies file."""
+"""The crawl's start and end for the gate, and the middleware's periodic work between them.
+
+The periodic work: notice the engine closing, expire lost leases, reload the proxies file.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite import compat
+from scrapy_polite.downloader.jobdir import report_dropped
 from scrapy_polite.errors import SpiderClosing
 from scrapy_polite.pool.watcher import ProxiesFileWatcher
 
 if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from scrapy_polite.gate.base import Gate
     from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
@@ -49,7 +56,7 @@ def announce(config: PoliteConfig, crawler: Any, spider: Any) -> None:
 class Maintenance:
     """Three looping calls, started when the spider opens and stopped when it closes."""
 
-    def __init__(self, crawler: Any, config: PoliteConfig, gate: Any) -> None:
+    def __init__(self, crawler: Any, config: PoliteConfig, gate: Gate) -> None:
         self.crawler = crawler
         self.config = config
         self.gate = gate
@@ -58,6 +65,28 @@ class Maintenance:
         self.closing = False
         self._engine_ran = False
         self._loops: list[Any] = []
+
+    def opened(self, spider: Any) -> None:
+        """The spider opened: say what the crawl starts with, start the gate and the loops."""
+        announce(self.config, self.crawler, spider)
+        self.stats.set_value("polite/endpoints", len(self.config.endpoints))
+        self.gate.start()
+        self.start()
+
+    def closed(self, spider: Any, reason: str) -> Deferred | None:
+        """The spider closed: stop the loops, write the gate's closing stats, stop the gate.
+
+        Returns what to wait for: a shared gate hands back what this process holds.
+        """
+        self.stop()
+        gate = self.gate
+        self.stats.set_value("polite/sessions", len(gate.sessions()))
+        if gate.outages:
+            self.stats.set_value("polite/state_outages", gate.outages)
+        if gate.reasserted:
+            self.stats.set_value("polite/state_reasserted", gate.reasserted)
+        report_dropped(self.stats, reason, spider)
+        return gate.stop()
 
     def start(self) -> None:
         from twisted.internet import task

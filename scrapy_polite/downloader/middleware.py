@@ -24,8 +24,8 @@ from scrapy_polite.downloader.blame import Blame
 from scrapy_polite.downloader.exit_ip import ExitIps
 from scrapy_polite.downloader.gate_events import GateEvents
 from scrapy_polite.downloader.identities import Identities
-from scrapy_polite.downloader.jobdir import dropped_at_close, report_dropped
-from scrapy_polite.downloader.maintenance import Maintenance, announce
+from scrapy_polite.downloader.jobdir import dropped_at_close
+from scrapy_polite.downloader.maintenance import Maintenance
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
     host_key,
@@ -80,22 +80,11 @@ class PoliteProxyMiddleware:
     # -- lifecycle --------------------------------------------------------
 
     def _spider_opened(self, spider: Any) -> None:
-        announce(self.config, self.crawler, spider)
-        self.stats.set_value("polite/endpoints", len(self.config.endpoints))
-        self.gate.start()
+        self.maintenance.opened(spider)
         self.exit_ips.start(self.gate.endpoints)
-        self.maintenance.start()
 
     async def _spider_closed(self, spider: Any, reason: str) -> None:
-        self.maintenance.stop()
-        self.stats.set_value("polite/sessions", len(self.gate.sessions()))
-        if self.gate.outages:
-            self.stats.set_value("polite/state_outages", self.gate.outages)
-        report_dropped(self.stats, reason, spider)
-        if self.gate.reasserted:
-            self.stats.set_value("polite/state_reasserted", self.gate.reasserted)
-        # A shared gate hands back what this process holds before the crawl ends.
-        stopping = self.gate.stop()
+        stopping = self.maintenance.closed(spider, reason)
         if stopping is not None:
             await maybe_deferred_to_future(stopping)
 

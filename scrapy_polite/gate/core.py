@@ -56,6 +56,7 @@ class GateCore:
         removal_grace: float = 0.0,
         stall_timeout: float = 0.0,
         host_overrides: HostOverrides | None = None,
+        eligible: Callable[[str, str], bool] | None = None,
     ) -> None:
         self.host_concurrency = host_concurrency
         self.host_overrides: HostOverrides = dict(host_overrides or {})
@@ -85,7 +86,7 @@ class GateCore:
         self._load_listeners: list[Callable[[str, int], None]] = []
         self._evict_hooks: list[Callable[[str], None]] = []
         #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
-        self.eligible: Callable[[str, str], bool] | None = None
+        self.eligible = eligible
 
     # -- hooks a backend fills in ------------------------------------------
 

@@ -32,6 +32,11 @@ def is_ban(
     return status is not None and status in ban_codes and not proxy_side and not rate_limited
 
 
+def is_challenge(verdict: str | None) -> bool:
+    """The policy's ``challenge`` verdict (a CAPTCHA or JavaScript check): never a page."""
+    return verdict == "challenge"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one request attempt, as the stats report it.
@@ -82,7 +87,7 @@ class Outcome:
 
     @property
     def challenge(self) -> bool:
-        return self.verdict == "challenge"
+        return is_challenge(self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

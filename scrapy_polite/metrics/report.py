@@ -25,12 +25,15 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from scrapy_polite.metrics.outcome import is_ban as outcome_ban
+from scrapy_polite.metrics.outcome import is_challenge, status_label
 from scrapy_polite.metrics.outcome import is_success as outcome_success
-from scrapy_polite.metrics.outcome import status_label
-from scrapy_polite.metrics.percentiles import seconds_at
+from scrapy_polite.metrics.percentiles import SparseHistogram, seconds_at
 
 #: Time buckets are merged (their width doubled) beyond this many.
 _MAX_TIME_BUCKETS = 20_000
+#: A record without a verdict (an older JSONL) is a ban on POLITE_BAN_CODES' default.
+DEFAULT_BAN_CODES = frozenset({403})
 #: Exit IPs and endpoints tracked one by one; the rest are pooled.
 _MAX_NAMES = 5000
 OTHER = "(other)"
@@ -94,9 +97,6 @@ def _bump(counter: Counter[str], key: str, n: int = 1) -> None:
     counter[key if key in counter or len(counter) < _MAX_NAMES else OTHER] += n
 
 
-#: Per-host latencies: sparse log bins, this many per decade (2.3% wide), so a host
-#: costs what its latencies spread over, not a fixed HDR histogram (~100 KiB at 3 digits).
-_HOST_BINS_PER_DECADE = 100
 #: Per-host timeline buckets, and points kept per throttle series, before halving.
 _HOST_BUCKETS = 100
 _SERIES_POINTS = 120
@@ -106,35 +106,6 @@ _MAX_PAUSES = 100
 DEFAULT_TOP = 20
 #: Throttle values plotted per host, in lane order: (event change, lane title).
 THROTTLE_SERIES = (("concurrency", "concurrency"), ("spacing", "spacing (s)"), ("host_rate", "host rate (req/s)"))
-
-
-class _LogHist:
-    """Latencies (ms) in sparse log bins: percentiles to 2.3%, memory by spread."""
-
-    __slots__ = ("bins", "count")
-
-    def __init__(self) -> None:
-        self.bins: Counter[int] = Counter()
-        self.count = 0
-
-    def record(self, ms: int) -> None:
-        self.bins[int(math.floor(_HOST_BINS_PER_DECADE * math.log10(max(1, ms))))] += 1
-        self.count += 1
-
-    def merge(self, other: _LogHist) -> None:
-        self.bins.update(other.bins)
-        self.count += other.count
-
-    def percentile(self, p: float) -> float | None:
-        """Seconds; the top of the bin holding the value, as HdrHistogram reports."""
-        if not self.count:
-            return None
-        rank, seen = max(1, math.ceil(p / 100.0 * self.count)), 0
-        for b in sorted(self.bins):
-            seen += self.bins[b]
-            if seen >= rank:
-                return round(10 ** ((b + 1) / _HOST_BINS_PER_DECADE)) / 1000.0
-        return None  # pragma: no cover - the bins hold count values
 
 
 class _Series:
@@ -220,7 +191,7 @@ class _Group:
     rate_limited: int = 0
     challenges: int = 0
     bans: int = 0
-    latency: _LogHist = field(default_factory=_LogHist)
+    latency: SparseHistogram = field(default_factory=SparseHistogram)
     #: Time bucket (``resolution`` seconds wide) -> [ok, rate-limited].
     buckets: dict[int, list[int]] = field(default_factory=dict)
     resolution: int = 1
@@ -325,7 +296,9 @@ class ReportData:
             self._coarsen()
         g = self._host(str(rec.get("host") or "?"))
         g.statuses[label] += 1
-        challenge, ban = rec.get("verdict") == "challenge", rec.get("verdict") == "ban"
+        verdict = rec.get("verdict")
+        challenge = is_challenge(verdict)
+        ban = outcome_ban(rec.get("status"), DEFAULT_BAN_CODES, bool(rec.get("proxy_side")), limited, verdict)
         g.ok += ok
         g.rate_limited += limited
         g.challenges += challenge

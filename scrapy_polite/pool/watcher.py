@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.errors import PoliteConfigError
 
 if TYPE_CHECKING:
+    from scrapy_polite.gate.base import Gate
     from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ def mtime(path: str) -> float | None:
 class ProxiesFileWatcher:
     """Reloads the proxies file into the gate when its modification time changes."""
 
-    def __init__(self, config: PoliteConfig, gate: Any, stats: Any) -> None:
+    def __init__(self, config: PoliteConfig, gate: Gate, stats: Any) -> None:
         assert config.proxies_file is not None
         self.config = config
         self.path: str = config.proxies_file

@@ -158,7 +158,7 @@ class TrialGuard:
             self._loop.stop()
         stats = self.runtime.stats
         summary = stats.summary() if stats is not None else {}
-        started = getattr(stats, "started", self._opened_at)
+        started = stats.started if stats is not None else self._opened_at
         # Successful pages/min from the spider's start to its last answer: the
         # wind-down after the allowance is spent is not part of the measure.
         end = self.last_answer if self.last_answer is not None else time.time()
@@ -202,4 +202,4 @@ class TrialGuard:
         except Exception:  # a shared gate that cannot answer now: no state to report
             return None
         return {"host": host, "delay": list(state.delay), "concurrency": state.limit,
-                "interval": getattr(state, "interval", 0.0)}
+                "interval": state.interval}

@@ -74,6 +74,8 @@ class TrialResult:
     success: int = 0
     rate_limited: int = 0
     bans: int = 0
+    #: Challenge pages (a CAPTCHA or JavaScript check): as much a sign of blocking as a ban.
+    challenges: int = 0
     status_403: int = 0
     p95: float | None = None
     seconds: float = 0.0
@@ -106,7 +108,7 @@ class TrialResult:
 
     @property
     def blocked(self) -> bool:
-        return self.bans > 0
+        return self.bans > 0 or self.challenges > 0
 
     @classmethod
     def from_trial_file(cls, data: dict[str, Any]) -> TrialResult:
@@ -121,6 +123,7 @@ class TrialResult:
             success=int(s.get("success", 0)),
             rate_limited=int(s.get("rate_limited", 0)),
             bans=int(s.get("bans", 0)),
+            challenges=int(s.get("challenges", 0)),
             status_403=int(data.get("statuses", {}).get("403", 0)),
             p95=s.get("latency_p95"),
             seconds=float(data.get("seconds", 0.0)),
@@ -323,7 +326,8 @@ class Tuner:
         elif result.blocked:
             trial.verdict = "BLOCKED"
             self.stopped = (
-                f"trial {trial.index} got a ban answer (403): stopped at the first sign of blocking"
+                f"trial {trial.index} got a {'challenge page' if result.challenges else 'ban answer (403)'}: "
+                "stopped at the first sign of blocking"
             )
         elif result.attempts == 0:
             trial.verdict = "no answers"
