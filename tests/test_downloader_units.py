@@ -434,3 +434,36 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
     assert challenged.limit <= 2  # and concurrency is cut (from 4)
     assert challenged.paused_until > limited.paused_until
     assert challenged_pair.banned_until - limited_pair.cooldown_until > 500  # the IP benched for the host
+
+
+def test_a_download_error_is_judged_by_the_response_policy() -> None:
+    from twisted.internet.error import ConnectionRefusedError, TimeoutError
+
+    from scrapy_polite.downloader.attempts import Attempts
+    from scrapy_polite.downloader.response_policy import ResponsePolicy, Verdict
+
+    class SiteRefuses(ResponsePolicy):
+        """This site's own front refuses connections when it is down; its timeouts are the proxy's."""
+
+        def classify_exception(self, request, exc):
+            if isinstance(exc, ConnectionRefusedError):
+                return Verdict("target_error", "site down")
+            if isinstance(exc, TimeoutError):
+                return Verdict("proxy_error", "proxy hangs")
+            return super().classify_exception(request, exc)
+
+    cfg = config()
+    lease = SimpleNamespace(host="t.test", gap=1.0, granted_at=0.0, session=None,
+                            endpoint=SimpleNamespace(key="e1", label="e1"))
+
+    def failed(policy: ResponsePolicy, exc: Exception) -> tuple[list[str], list[str]]:
+        blame, recorder = _Calls(), _Calls(returns="again")
+        runtime = SimpleNamespace(config=cfg, policy=policy, throttle=None)
+        Attempts(runtime, crawler().stats, blame, recorder).failed(  # type: ignore[arg-type]
+            Request("http://t.test/"), exc, lease)  # type: ignore[arg-type]
+        return blame.names(), [c[1][1] if c[0] == "requeue" else c[0] for c in recorder.calls]
+
+    assert failed(ResponsePolicy(cfg), ConnectionRefusedError()) == (["endpoint_failed"], ["proxy"])
+    assert failed(ResponsePolicy(cfg), TimeoutError()) == (["unanswered"], ["timeout"])
+    assert failed(SiteRefuses(cfg), ConnectionRefusedError()) == ([], ["attempt"])
+    assert failed(SiteRefuses(cfg), TimeoutError()) == (["endpoint_failed"], ["proxy"])

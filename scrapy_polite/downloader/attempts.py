@@ -59,18 +59,26 @@ class Attempts:
         return self._judged(request, response, lease, status, headers)
 
     def failed(self, request: Request, exception: Exception, lease: Lease) -> Any:
-        """The download of *request* through *lease* raised *exception*: a request to send again, or None."""
+        """The download of *request* through *lease* raised *exception*: a request to send again, or None.
+
+        The response policy judges it (a rate signal, the proxy's error, or the
+        target's); a target error is then placed by its kind: Splash's own, an
+        unclear one for the evidence, or one that blames nobody.
+        """
+        verdict = self.runtime.policy.classify_exception(request, exception)
+        if verdict.kind == RATE_LIMITED:
+            delay = self.cooldown(None)
+            self.blame.rate_limited(lease, None, delay, proxy_side=verdict.proxy_side)
+            return self.recorder.requeue(
+                request, "rate", lease, exception=exception, delay=delay, proxy_side=verdict.proxy_side
+            )
+        if verdict.kind == PROXY_ERROR:
+            self.blame.endpoint_failed(lease, verdict.reason)
+            return self.recorder.requeue(request, "proxy", lease, exception=exception)
         failure = answers.classify_exception(request, exception)
         if failure.kind == answers.SPLASH:
             self._splash_error(failure.reason)  # the endpoint stays healthy; RetryMiddleware decides
             return None
-        if failure.kind == failures.PROXY_RATE:
-            delay = self.cooldown(None)
-            self.blame.rate_limited(lease, None, delay, proxy_side=True)
-            return self.recorder.requeue(request, "rate", lease, exception=exception, delay=delay, proxy_side=True)
-        if failure.kind == failures.PROXY:
-            self.blame.endpoint_failed(lease, failure.reason)
-            return self.recorder.requeue(request, "proxy", lease, exception=exception)
         if failure.kind == failures.AMBIGUOUS:
             self.blame.unanswered(lease, failure.reason, request.url)
             return self.recorder.requeue(request, "timeout", lease, exception=exception)

@@ -79,7 +79,11 @@ class ResponsePolicy:
         return Verdict(TARGET_ERROR, str(status), proxy_side)
 
     def classify_exception(self, request: Request, exc: BaseException) -> Verdict:
-        """The verdict on a download error: the proxy's fault, or not known to be."""
+        """The verdict on a download error: the proxy's fault, or not known to be.
+
+        The middleware acts on ``rate_limited`` (the proxy's 429 on CONNECT),
+        ``proxy_error`` (the endpoint fails) and ``target_error`` (anything else).
+        """
         failure = classify_exception(request, exc)
         if failure.kind == failures.PROXY_RATE:
             return Verdict(RATE_LIMITED, failure.reason, True)
