@@ -162,6 +162,26 @@ async def test_a_session_stays_on_its_endpoint_and_repins_when_it_dies(make: Any
 
 
 @on_asyncio
+async def test_a_session_follows_its_hosts_proxy_tier(make: Any) -> None:
+    tier = {"now": {"ep0", "ep1"}}  # the host's tier: its endpoints by label
+    moved: list[tuple[str, str | None, str]] = []
+    labels = {e.key: e.label for e in endpoints(4)}
+    g = make(n=4, eligible=lambda host, key: labels[key] in tier["now"],
+             listeners=GateListeners(on_session_repinned=lambda *a: moved.append(a)))
+    first = await granted(g.acquire(HOST, session="s"))
+    assert first.endpoint.label in tier["now"]
+    g.release(first)
+    tier["now"] = {"ep2", "ep3"}  # the host moved up a tier
+    up = await granted(g.acquire(HOST, session="s"))
+    assert up.endpoint.label in tier["now"] and moved == [("s", first.endpoint.label, f"proxy tier of {HOST} moved")]
+    g.release(up)
+    again = await granted(g.acquire(HOST, session="s"))
+    assert again.endpoint.key == up.endpoint.key  # and stays there while the tier holds
+    g.release(again)
+    await stop(g)
+
+
+@on_asyncio
 async def test_a_session_whose_endpoint_dies_fails_under_the_fail_policy(make: Any) -> None:
     g = make(n=2)
     lease = await granted(g.acquire(HOST, session="s"))

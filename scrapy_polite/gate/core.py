@@ -302,6 +302,11 @@ class GateCore:
         """Whether *host*'s requests may go through *endpoint_key* (``eligible``, the host's proxy tier)."""
         return self.eligible is None or self.eligible(host, endpoint_key)
 
+    def _repin_off_tier(self, s: SessionState, host: str) -> None:
+        """*s*'s pin is outside *host*'s proxy tier now (the host moved up or back): a new pin within it."""
+        if s.endpoint_key is not None and not self._may_take(host, s.endpoint_key):
+            self._repin(s, f"proxy tier of {host} moved")
+
     def _repin(self, s: SessionState, why: str) -> None:
         """Unpin *s*: its next request picks a new endpoint."""
         assert s.endpoint_key is not None

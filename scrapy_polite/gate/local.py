@@ -312,6 +312,7 @@ class LocalGate(GateCore):
             if pair is not None and pair.banned_until > now:
                 # Its identity is burned for this host (a ban or challenge): the session starts on a new one.
                 self._repin(s, f"benched for {waiter.host}")
+            self._repin_off_tier(s, waiter.host)
             if s.endpoint_key is None:
                 key = self._choose_for_session(waiter.host, now)
                 if key is None:

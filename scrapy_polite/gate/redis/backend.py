@@ -9,6 +9,7 @@ what happens on a crash and while Redis is away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import math
@@ -529,6 +530,12 @@ class RedisGate(GateCore):
     async def _try(self, host: str, w: Waiter) -> tuple[str, float]:
         if w.session is not None:
             s = self._sessions[w.session]
+            off_tier = s.endpoint_key
+            self._repin_off_tier(s, host)
+            if off_tier is not None and s.endpoint_key is None:
+                # The shared pin goes before this acquire reads it (the queued unpin may come later).
+                with contextlib.suppress(Exception):
+                    await self._scripts["unpin"](args=[self.keys.prefix, s.key, self._ids[off_tier]])
             pinned = s.endpoint_key
             until = self._removals.until(pinned) if pinned is not None else None
             if until is not None:  # its endpoint was removed: wait for it through the grace
