@@ -208,6 +208,15 @@ def test_load_index_picks_what_scrapys_queue_picks(seed: int) -> None:
     assert len(index) == len(loads)
 
 
+def test_load_index_heap_holds_distinct_loads_however_often_a_slot_flickers() -> None:
+    index = LoadIndex()
+    index.set("busy", 3)
+    for i in range(10_000):  # a slot whose load goes 0, 1, 0, 1, ... as requests come and go
+        index.set("flicker", i % 2)
+        assert index.best() == "flicker"
+    assert len(index._loads) <= 3
+
+
 @pytest.mark.once
 def test_sorted_names_match_a_sorted_list() -> None:
     rng = random.Random(3)

@@ -112,6 +112,7 @@ class LoadIndex:
         self._load: dict[str, int] = {}
         self._buckets: dict[int, SortedNames] = {}
         self._loads: list[int] = []  # heap of the loads with a bucket (lazy: an emptied one stays)
+        self._heaped: set[int] = set()  # the loads in the heap, each once: it holds distinct loads only
 
     def __len__(self) -> int:
         return len(self._load)
@@ -132,7 +133,9 @@ class LoadIndex:
         bucket = self._buckets.get(load)
         if bucket is None:
             bucket = self._buckets[load] = SortedNames()
-            heapq.heappush(self._loads, load)
+            if load not in self._heaped:
+                self._heaped.add(load)
+                heapq.heappush(self._loads, load)
         bucket.add(slot)
 
     def discard(self, slot: str) -> None:
@@ -149,7 +152,7 @@ class LoadIndex:
     def best(self, update_state: bool = True) -> str | None:
         loads = self._loads
         while loads and loads[0] not in self._buckets:
-            heapq.heappop(loads)
+            self._heaped.discard(heapq.heappop(loads))
         if not loads:
             return None
         bucket = self._buckets[loads[0]]
