@@ -331,6 +331,23 @@ async def test_tables_show_the_top_hosts_and_endpoints_and_fold_the_rest(sandbox
 
 
 @pytest.mark.once
+def test_a_host_busy_late_in_a_broad_crawl_gets_its_report_row_and_every_other_is_counted() -> None:
+    from scrapy_polite.metrics.report import _MAX_NAMES
+
+    data = ReportData()
+    many = _MAX_NAMES + 1000
+    for i in range(many):  # one answer each from many hosts, then one busy host
+        data.add({"time": 1_700_000_000 + i / 100, "status": 200, "host": f"h{i}", "latency": 0.05})
+    for i in range(50):
+        data.add({"time": 1_700_000_100 + i / 100, "status": 200, "host": "late", "latency": 0.05})
+    assert len(data.hosts) <= _MAX_NAMES + 1
+    top, other, folded = data.top_hosts(5)
+    assert top[0][0] == "late" and top[0][1].total == 50 and "(other)" not in dict(top)
+    assert other is not None and other.total == many - 4 and folded == many - 4
+    assert sum(g.total for _, g in top) + other.total == data.records == many + 50
+
+
+@pytest.mark.once
 def test_report_memory_per_host_is_small() -> None:
     """Folding many hosts keeps a few KiB each, not a histogram of ~100 KiB per host."""
     data = ReportData()

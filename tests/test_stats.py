@@ -376,6 +376,10 @@ def test_a_host_busy_late_in_a_broad_crawl_gets_its_row_and_the_tables_stay_boun
     assert sum(h.latency is not None for h in stats.hosts.values()) <= stats.config.stats_top
     top = stats.summary()["hosts"]
     assert max(top, key=lambda k: top[k]["attempts"]) == OTHER and top["late.test"]["attempts"] == 300
+    # Every name without a row of its own at the end is counted, folded early or at close.
+    stats._export(stats.summary(), None)
+    names = n + 1 + 3 * MAX_HOSTS
+    assert stats.stats.get_value("polite/hosts_folded") == names - stats.config.stats_top
 
 
 def test_summary_table_reads_per_host_and_per_endpoint(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

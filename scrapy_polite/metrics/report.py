@@ -29,6 +29,7 @@ from scrapy_polite.metrics.outcome import is_ban as outcome_ban
 from scrapy_polite.metrics.outcome import is_challenge, status_label
 from scrapy_polite.metrics.outcome import is_success as outcome_success
 from scrapy_polite.metrics.percentiles import SparseHistogram, seconds_at
+from scrapy_polite.metrics.top import OTHER, admit
 
 #: Time buckets are merged (their width doubled) beyond this many.
 _MAX_TIME_BUCKETS = 20_000
@@ -36,7 +37,6 @@ _MAX_TIME_BUCKETS = 20_000
 DEFAULT_BAN_CODES = frozenset({403})
 #: Exit IPs and endpoints tracked one by one; the rest are pooled.
 _MAX_NAMES = 5000
-OTHER = "(other)"
 _BINS_PER_DECADE = 10
 
 
@@ -255,6 +255,8 @@ class ReportData:
         self.wait = HdrHistogram(1, 3_600_000, 3)
         self.latency_bins: Counter[int] = Counter()
         self.hosts: dict[str, _Group] = {}
+        #: Host rows folded into OTHER while reading (a broad crawl's hosts beyond _MAX_NAMES).
+        self.hosts_folded = 0
         self.endpoints: dict[str, Counter[str]] = {}
         self.exit_ips: Counter[str] = Counter()
         self.exit_ip_sources: Counter[str] = Counter()
@@ -354,19 +356,23 @@ class ReportData:
     def _host(self, host: str) -> _Group:
         g = self.hosts.get(host)
         if g is None:
-            g = self.hosts.setdefault(host if len(self.hosts) < _MAX_NAMES else OTHER, _Group())
+            # The busiest _MAX_NAMES / 2 or more keep their rows; a host busy late still gets one.
+            self.hosts_folded += len(admit(self.hosts, host, _MAX_NAMES // 2, _Group))
+            g = self.hosts[host] = _Group()
         return g
 
     def top_hosts(self, n: int) -> tuple[list[tuple[str, _Group]], _Group | None, int]:
         """The *n* hosts with the most attempts, the rest merged into one group, and how many were."""
-        ranked = sorted(self.hosts.items(), key=lambda kv: (-kv[1].total, kv[0]))
-        top, rest = ranked[:n], ranked[n:]
+        # OTHER (hosts folded while reading) ranks last: it is never a top row.
+        ranked = sorted(self.hosts.items(), key=lambda kv: (kv[0] == OTHER, -kv[1].total, kv[0]))
+        top = [kv for kv in ranked[:n] if kv[0] != OTHER]
+        rest = ranked[len(top):]
         if not rest:
             return top, None, 0
         other = _Group()
         for _, g in rest:
             other.merge(g)
-        return top, other, len(rest)
+        return top, other, sum(name != OTHER for name, _ in rest) + self.hosts_folded
 
     def host_pages_per_min(self, g: _Group) -> float:
         return g.ok * 60.0 / self.span if self.span > 0 else 0.0

@@ -23,6 +23,7 @@ from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
 from scrapy_polite.metrics.summary import format_summary
+from scrapy_polite.metrics.top import OTHER, admit
 from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
@@ -38,12 +39,11 @@ _DIGITS_OVERALL = 3
 _DIGITS_HOST = 2
 #: Beyond these, names are pooled under OTHER so a broad crawl or a rotating
 #: gateway with millions of exits cannot grow memory without bound (hosts: the
-#: busiest MAX_HOSTS keep their rows, see :func:`admit_host`).
+#: busiest MAX_HOSTS keep their rows, see :func:`~scrapy_polite.metrics.top.admit`).
 MAX_HOSTS = 500
 MAX_ENDPOINTS = 5000
 MAX_EXIT_IPS = 1024
 MAX_EXIT_IPS_PER_HOST = 256
-OTHER = "(other)"
 
 
 def _histogram(digits: int = _DIGITS_OVERALL) -> HdrHistogram:
@@ -56,26 +56,6 @@ def _ms(seconds: float) -> int:
 
 def _capped(table: dict[str, Any] | set[str], key: str, limit: int) -> str:
     return key if key in table or len(table) < limit else OTHER
-
-
-def admit_host(hosts: dict[str, HostStats], host: str, limit: int) -> list[str]:
-    """Make room for *host* in *hosts*; return the names folded into OTHER.
-
-    The table holds up to twice *limit* names. When it is full, the less busy
-    half goes into the OTHER row, so a host that becomes busy late in a broad
-    crawl still gets a row of its own, at an amortised O(log n) per new host,
-    and the totals stay exact.
-    """
-    if host in hosts or len(hosts) < 2 * limit:
-        return []
-    ranked = sorted((k for k in hosts if k != OTHER), key=lambda k: hosts[k].total)
-    other = hosts.get(OTHER)
-    if other is None:
-        other = hosts[OTHER] = HostStats(latency=False)
-    folded = ranked[: len(ranked) - limit + 1]
-    for name in folded:
-        other.merge(hosts.pop(name))
-    return folded
 
 
 def fold_top(table: dict[str, dict[str, Any]], n: int) -> tuple[dict[str, dict[str, Any]], int]:
@@ -214,6 +194,8 @@ class PoliteStats:
         self.latency = _histogram()
         self.wait = _histogram()
         self.hosts: dict[str, HostStats] = {}
+        #: Host rows folded into OTHER during the crawl (the table keeps 2 x MAX_HOSTS names at most).
+        self._hosts_folded = 0
         self._host_histograms = 0  # hosts with a latency histogram (POLITE_STATS_TOP)
         self.endpoints: dict[str, _Counts] = {}
         self.exit_ips: Counter[str] = Counter()
@@ -265,8 +247,9 @@ class PoliteStats:
         self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
         host = outcome.host
-        folded = admit_host(self.hosts, host, MAX_HOSTS)
+        folded = admit(self.hosts, host, MAX_HOSTS, lambda: HostStats(latency=False))
         if folded:
+            self._hosts_folded += len(folded)
             self._fold_host_keys(folded)
         endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
         source = outcome.exit_ip_source or "unknown"
@@ -511,7 +494,7 @@ class PoliteStats:
             set_value(f"polite/exit_ip/{ip}", n)
         top = self.config.stats_top
         hosts, folded = fold_top(s["hosts"], top)
-        set_value("polite/hosts_folded", folded)
+        set_value("polite/hosts_folded", folded + self._hosts_folded)
         for host, h in hosts.items():
             prefix = f"polite/host/{host}"
             for key in ("attempts", "success", "exit_ips"):
