@@ -365,7 +365,8 @@ class PoliteStats:
         hist = self.latency if host is None else self.hosts[host].latency
         return seconds_at(hist, p)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, sessions: bool = True) -> dict[str, Any]:
+        """The crawl so far; *sessions*: with the session map (a walk of every session in the gate)."""
         now = time.time()
         window, overall = self.pages_per_min(now)
         return {
@@ -395,7 +396,7 @@ class PoliteStats:
                 for host, h in self.hosts.items()
             },
             "endpoints": {ep: e.as_dict() for ep, e in self.endpoints.items()},
-            "sessions": self.runtime.gate.sessions(),
+            **({"sessions": self.runtime.gate.sessions()} if sessions else {}),
         }
 
     # -- lifecycle ----------------------------------------------------------
