@@ -74,7 +74,11 @@ def main() -> int:
     ns = parser.parse_args()
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    clients = [c for c in CLIENTS if c != "scrapy-rotating-proxies" or not rotating_proxies_problem()]
+    problem = rotating_proxies_problem()
+    clients = [c for c in CLIENTS if c != "scrapy-rotating-proxies" or not problem]
+    note = f"scrapy-rotating-proxies skipped: it does not import here ({problem})." if problem else ""
+    if note:
+        print(note, flush=True)
     expensive = {nth_address(ProxyConfig().first_source, i) for i in range(CHEAP, PROXIES)}
     rows = []
     for sc in scenarios(ns.quick):
@@ -89,7 +93,7 @@ def main() -> int:
         f"| {r['scenario']} | {r['client']} | {r['pages_per_min']} | {r['pages']} | {r['challenges']} | "
         f"{r['ips_blocked']} | {r['expensive_requests']} |" for r in rows
     ]
-    (out / "ladder.md").write_text("\n".join(lines) + "\n")
+    (out / "ladder.md").write_text("\n".join(lines + ([f"\n{note}"] if note else [])) + "\n")
     print("\n".join(lines))
     return 0
 

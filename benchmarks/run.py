@@ -345,7 +345,8 @@ def main() -> int:
         problem = rotating_proxies_problem()
         if problem:
             clients.remove("scrapy-rotating-proxies")
-            notes.append(f"scrapy-rotating-proxies skipped: it does not import on this Scrapy ({problem}).")
+            notes.append(f"scrapy-rotating-proxies skipped: it does not import here ({problem}; "
+                         "`pip install --group bench` installs it).")
     import scrapy
 
     cells = [(s, c) for s in sorted(scenarios, key=lambda s: -s.time_limit) for c in clients]
