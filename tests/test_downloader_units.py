@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from types import SimpleNamespace
@@ -403,7 +404,7 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
     from scrapy_polite.downloader.response_policy import Verdict
     from scrapy_polite.throttle.policy import ThrottlePolicy
 
-    def after(kind: str) -> tuple[Any, Any]:
+    def after(kind: str, gap: float = 3.0) -> tuple[Any, Any]:
         cfg = config(POLITE_ADAPTIVE=adaptive, POLITE_HOST_CONCURRENCY=4, POLITE_CHALLENGE_BENCH=600)
         g, ft = make_gate(n=4, host_concurrency=4, delay=cfg.delay)
         throttle = ThrottlePolicy(cfg, g, clock=ft.clock)
@@ -418,7 +419,7 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
             for granted in leases:
                 g.release(granted)
                 throttle.ok("t.test", 200, gap=3.0, granted_at=ft.now - 0.1)
-        lease = SimpleNamespace(host="t.test", endpoint=ep, gap=3.0, slack=0.0, granted_at=ft.now, session=None)
+        lease = SimpleNamespace(host="t.test", endpoint=ep, gap=gap, slack=0.0, granted_at=ft.now, session=None)
         if kind == "429":
             blame.rate_limited(lease, 429, 5.0, proxy_side=False)  # type: ignore[arg-type]
         else:
@@ -434,6 +435,11 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
     assert challenged.limit <= 2  # and concurrency is cut (from 4)
     assert challenged.paused_until > limited.paused_until
     assert challenged_pair.banned_until - limited_pair.cooldown_until > 500  # the IP benched for the host
+    # A challenge on an IP's first request to the host: the site had flagged the IP, not the pace.
+    flagged, flagged_pair = after("challenge", gap=math.inf)
+    first_429, _ = after("429", gap=math.inf)
+    assert (flagged.interval, flagged.limit) == (first_429.interval, first_429.limit)
+    assert flagged.paused_until > first_429.paused_until and flagged_pair.banned_until > challenged_pair.cooldown_until
 
 
 def test_a_download_error_is_judged_by_the_response_policy() -> None:

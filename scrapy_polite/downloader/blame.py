@@ -4,6 +4,7 @@ unclear failures put where the evidence points (the pair, the endpoint or the ho
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from scrapy_polite import signals as polite_signals
@@ -71,11 +72,14 @@ class Blame:
         ep, bench = lease.endpoint, self.config.challenge_bench
         self.gate.ban_endpoint(ep.key, lease.host, bench)
         throttle = self.runtime.throttle
-        if throttle is not None:
-            # Never blamed on one IP's spacing, as a 429 may be: the host rate halves, concurrency is cut.
+        if throttle is not None and math.isfinite(lease.gap):
+            # The IP had been crawling the host and the site escalated: the pace is to blame, not
+            # one IP's spacing as a 429 may be. The host rate halves and concurrency is cut.
             throttle.on_challenge(lease.host, ep, delay, granted_at=lease.granted_at)
         else:
-            self.gate.cool_endpoint(ep.key, lease.host, delay)
+            # Its first request to the host: the site had flagged that IP before (the bench answers
+            # for it); the pace hears of it as of a 429.
+            self.rate_limited(lease, response.status, delay, proxy_side=False)
         # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
         self.gate.pause_host(lease.host, delay)
         logger.warning(

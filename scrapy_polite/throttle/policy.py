@@ -131,6 +131,7 @@ class ThrottlePolicy:
         if self._dropped > max(1024, len(self._hosts)):  # a dict never shrinks: rebuild it
             self._dropped = 0
             self._hosts = dict(self._hosts)
+            self.memory.compact()
 
     # -- answers ------------------------------------------------------------
 
