@@ -231,15 +231,20 @@ def test_a_per_ip_signal_never_cuts_concurrency(adaptive: bool) -> None:
     assert gate.host("a").limit == before
 
 
-def test_adaptive_concurrency_follows_rate_and_latency() -> None:
-    # 8 endpoints at 0.5 s: 16 req/s
-    p, gate, ft, _ = policy(True, POLITE_HOST_CONCURRENCY_MAX=16, POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
+def answers_at_quarter_second_latency(p, gate, ft) -> None:
+    """Clean answers 0.25 s after their grant, the host rate then lifted: concurrency follows the pool."""
     for _ in range(40):
         ft.advance(0.05)
         p.ok("a", 200, granted_at=ft.now - 0.25)
     gate.set_host_interval("a", 0.0)
     ft.advance(0.05)
     p.ok("a", 200, granted_at=ft.now - 0.25)
+
+
+def test_adaptive_concurrency_follows_rate_and_latency() -> None:
+    # 8 endpoints at 0.5 s: 16 req/s
+    p, gate, ft, _ = policy(True, POLITE_HOST_CONCURRENCY_MAX=16, POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
+    answers_at_quarter_second_latency(p, gate, ft)
     assert gate.host("a").limit == 8  # 16 req/s x 0.25 s x 2
 
 
@@ -292,12 +297,7 @@ def test_a_per_ip_signal_that_slows_the_pool_fits_concurrency_and_names_it_a_fit
     p, gate, ft, changes = policy(True, POLITE_HOST_CONCURRENCY=1, POLITE_HOST_CONCURRENCY_MAX=16,
                                   POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
     ep = next(iter(gate.endpoints.values())).endpoint
-    for _ in range(40):
-        ft.advance(0.05)
-        p.ok("a", 200, granted_at=ft.now - 0.25)
-    gate.set_host_interval("a", 0.0)
-    ft.advance(0.05)
-    p.ok("a", 200, granted_at=ft.now - 0.25)
+    answers_at_quarter_second_latency(p, gate, ft)
     assert gate.host("a").limit == 8
     changes.clear()
     p.rate_limited("a", ep, 2.0, gap=2.0, slack=0.0, granted_at=ft.now)

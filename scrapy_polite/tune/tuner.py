@@ -74,10 +74,10 @@ class TrialResult:
     success: int = 0
     rate_limited: int = 0
     bans: int = 0
-    #: Challenge pages (a CAPTCHA or JavaScript check): as much a sign of blocking as a ban.
-    challenges: int = 0
     status_403: int = 0
     p95: float | None = None
+    #: Challenge pages (a CAPTCHA or JavaScript check): as much a sign of blocking as a ban.
+    challenges: int = 0
     seconds: float = 0.0
     finish_reason: str = ""
     error: str | None = None
