@@ -74,6 +74,10 @@ class SandboxServer:
         self.control_port = self._control.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
         for f in self.config.failures:
+            if f.at <= 0:
+                # In force before the ready line: no client can reach the proxy before it fails.
+                await self.set_proxy_mode(f.proxy, f.mode)
+                continue
             self._timers.append(
                 loop.call_later(
                     max(0.0, f.at), lambda f=f: asyncio.ensure_future(self.set_proxy_mode(f.proxy, f.mode))
