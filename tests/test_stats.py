@@ -687,3 +687,17 @@ def test_fleet_snapshots_round_trip_through_redis_and_old_ones_leave_the_index(t
     assert read_snapshots(redis_server.url, "other") == []
     assert clear_snapshots(redis_server.url, "t") == 1
     assert read_snapshots(redis_server.url, "t") == []
+
+
+def test_a_page_marked_after_the_fact_is_one_attempt_and_one_request_of_its_tier(tmp_path: Path) -> None:
+    stats = make_stats(tmp_path)
+    page = Outcome(
+        time=1_700_000_000.0, url="http://a.test/item/3", host="a.test", endpoint="http://127.0.0.1:9000",
+        session=None, status=200, exception=None, wait=0.0, latency=0.05, exit_ip="127.0.0.10",
+        exit_ip_source="header", requeues=0, rate_limited=False, verdict="ok", tier=0, size=100,
+    )
+    stats.record(page)
+    stats.record(Outcome(**{**page.to_dict(), "verdict": "challenge", "revises": True}))
+    get = stats.stats.get_value
+    assert (get("polite/attempts"), get("polite/success", 0), stats.challenges) == (1, 0, 1)
+    assert (get("polite/tier/0/requests"), get("polite/tier/0/bytes")) == (1, 100)

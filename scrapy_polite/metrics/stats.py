@@ -327,6 +327,9 @@ class PoliteStats:
         inc("polite/attempts", -1)
         inc("polite/success", -1)
         inc(f"polite/status/{label}", -1)
+        if outcome.tier is not None:  # one request, one answer: this record counts them again
+            inc(f"polite/tier/{outcome.tier}/requests", -1)
+            inc(f"polite/tier/{outcome.tier}/bytes", -(outcome.size or 0))
         for table, key in ((self.hosts, outcome.host), (self.endpoints, outcome.endpoint)):
             counts = (table.get(key) or table.get(OTHER)) if key else None
             if counts is not None:
