@@ -182,6 +182,22 @@ async def test_a_session_follows_its_hosts_proxy_tier(make: Any) -> None:
 
 
 @on_asyncio
+async def test_a_new_identity_starts_away_from_its_retired_predecessor(make: Any) -> None:
+    g = make(n=2)
+    old = await granted(g.acquire(HOST, session="a"))
+    g.release(old)
+    other = await granted(g.acquire(HOST, session="b"))
+    g.release(other)
+    assert old.endpoint.key != other.endpoint.key
+    # "a" retires: its pin goes (the endpoint it leaves is then the least shared), and yet ...
+    g.succeed("a", "a#1")
+    new = await granted(g.acquire(HOST, session="a#1"))
+    assert new.endpoint.key != old.endpoint.key  # ... its successor starts on another one
+    g.release(new)
+    await stop(g)
+
+
+@on_asyncio
 async def test_a_session_whose_endpoint_dies_fails_under_the_fail_policy(make: Any) -> None:
     g = make(n=2)
     lease = await granted(g.acquire(HOST, session="s"))

@@ -12,12 +12,23 @@ from scrapy_polite.downloader.identities import Identities
 from scrapy_polite.settings.config import PoliteConfig
 
 
+class _Gate:
+    """What the identities tell the gate: each retired identity and its successor."""
+
+    def __init__(self) -> None:
+        self.successions: list[tuple[str, str]] = []
+
+    def succeed(self, old: str, new: str) -> None:
+        self.successions.append((old, new))
+
+
 def _identities(**settings) -> tuple[Identities, Any]:
     from scrapy.utils.test import get_crawler
 
     crawler = get_crawler(settings_dict={"POLITE_PROXIES": ["http://127.0.0.1:1"], **settings})
     crawler.stats = MemoryStatsCollector(crawler)
-    return Identities(crawler, PoliteConfig.from_settings(crawler.settings)), crawler
+    crawler.gate = _Gate()
+    return Identities(crawler, PoliteConfig.from_settings(crawler.settings), crawler.gate), crawler  # type: ignore[arg-type]
 
 
 @pytest.mark.once
@@ -32,6 +43,7 @@ def test_a_retired_session_gets_a_new_gate_key_and_cookie_jar_and_is_reported() 
     assert ids.of(meta) == "login#1" and meta["cookiejar"] == "polite:login#1"
     assert [(r["session"], r["endpoint"], r["reason"]) for r in retired] == [("login", "ep-1", "challenge: cf")]
     assert crawler.stats.get_value("polite/sessions/retired") == 1
+    assert crawler.gate.successions == [("login", "login#1")]  # the gate starts it on another endpoint
     # A jar the spider chose itself is left alone.
     meta = {"polite_session": "login", "cookiejar": 7}
     assert ids.of(meta) == "login#1" and meta["cookiejar"] == 7
@@ -44,3 +56,4 @@ def test_a_session_past_its_request_limit_starts_a_new_identity() -> None:
     keys = [ids.of({"polite_session": "s"}) for _ in range(5)]
     assert keys == ["s", "s", "s#1", "s#1", "s#2"]
     assert crawler.stats.get_value("polite/sessions/retired") == 2
+    assert crawler.gate.successions == [("s", "s#1"), ("s#1", "s#2")]

@@ -60,7 +60,7 @@ class PoliteProxyMiddleware:
         self.maintenance = Maintenance(crawler, self.config, self.gate)
         self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
         self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), rt.tiers)
-        self.identities = Identities(crawler, self.config)
+        self.identities = Identities(crawler, self.config, self.gate)
         self.attempts = Attempts(rt, self.stats, Blame(crawler, rt, self.identities), self.recorder)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())

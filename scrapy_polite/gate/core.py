@@ -33,6 +33,8 @@ from scrapy_polite.pool.endpoints import Endpoint
 CallLater = Callable[[float, Callable[[], None]], object]
 #: (concurrency, delay) a host starts at, by host key.
 HostOverrides = dict[str, tuple[int, tuple[float, float]]]
+#: New session identities remembered, before their first pin, as to avoid their predecessor's endpoint.
+MAX_AVOID = 10_000
 
 
 class GateCore:
@@ -87,6 +89,8 @@ class GateCore:
         self._evict_hooks: list[Callable[[str], None]] = []
         #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
         self.eligible = eligible
+        #: A new session identity -> the endpoint its retired predecessor was pinned to (see ``succeed``).
+        self._avoid: OrderedDict[str, str] = OrderedDict()
 
     # -- hooks a backend fills in ------------------------------------------
 
@@ -302,6 +306,31 @@ class GateCore:
         """Whether *host*'s requests may go through *endpoint_key* (``eligible``, the host's proxy tier)."""
         return self.eligible is None or self.eligible(host, endpoint_key)
 
+    def succeed(self, old: str, new: str) -> None:
+        """Session identity *new* replaces the retired *old*: its first pin avoids *old*'s endpoint.
+
+        The old identity's pin is released once nothing of it is queued or in flight,
+        so its endpoint is not counted as shared by a session that will not come back.
+        """
+        s = self._sessions.get(old)
+        if s is None or s.endpoint_key is None:
+            return
+        self._avoid[new] = s.endpoint_key
+        while len(self._avoid) > MAX_AVOID:
+            self._avoid.popitem(last=False)
+        if s.idle():
+            pinned, s.endpoint_key = s.endpoint_key, None
+            self._on_unpinned(s, pinned)
+
+    def _avoided(self, session: str | None) -> str | None:
+        """The endpoint a new identity's first pin should not take (its predecessor's), if any."""
+        return self._avoid.get(session) if session is not None and self._avoid else None
+
+    def _pinned(self, session: str) -> None:
+        """*session* has its first pin: what it had to avoid is done with."""
+        if self._avoid:
+            self._avoid.pop(session, None)
+
     def _repin_off_tier(self, s: SessionState, host: str) -> None:
         """*s*'s pin is outside *host*'s proxy tier now (the host moved up or back): a new pin within it."""
         if s.endpoint_key is not None and not self._may_take(host, s.endpoint_key):
@@ -423,6 +452,7 @@ class GateCore:
             s.busy = True
             s.requests += 1
             s.queue.popleft()
+            self._pinned(s.key)
         w.done = True
         lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack)
         self._leases[id(lease)] = lease

@@ -314,7 +314,7 @@ class LocalGate(GateCore):
                 self._repin(s, f"benched for {waiter.host}")
             self._repin_off_tier(s, waiter.host)
             if s.endpoint_key is None:
-                key = self._choose_for_session(waiter.host, now)
+                key = self._choose_for_session(waiter.host, now, self._avoided(waiter.session))
                 if key is None:
                     return None, self._next_health_change(now)
                 s.endpoint_key = key
@@ -347,13 +347,16 @@ class LocalGate(GateCore):
             ready = max(ready, pair.quiet_at(), pair.last_granted + h.shortest_spacing())
         return ready
 
-    def _choose_for_session(self, host: str, now: float) -> str | None:
-        """The least-shared endpoint *host* may use, a healthy one before one in its backoff."""
+    def _choose_for_session(self, host: str, now: float, avoid: str | None = None) -> str | None:
+        """The least-shared endpoint *host* may use, a healthy one before one in its backoff.
+
+        *avoid* (a retired identity's endpoint) is taken only when nothing else is usable.
+        """
         for keys in self.session_load.least_shared():
             cooling, cooling_until = None, math.inf
             for key in keys:
                 st = self._endpoints[key]
-                if not self.endpoint_usable(st) or not self._may_take(host, key):
+                if key == avoid or not self.endpoint_usable(st) or not self._may_take(host, key):
                     continue
                 pair = self._pairs.get((key, host))
                 if pair is not None and pair.banned_until > now:
@@ -364,7 +367,7 @@ class LocalGate(GateCore):
                     cooling, cooling_until = key, st.unhealthy_until
             if cooling is not None:
                 return cooling
-        return None
+        return None if avoid is None else self._choose_for_session(host, now)
 
     def _next_health_change(self, now: float) -> float:
         times = [st.unhealthy_until for st in self._endpoints.values() if st.unhealthy_until > now]

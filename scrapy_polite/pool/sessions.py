@@ -71,6 +71,11 @@ class SessionIdentities:
         st[1] += 1
         return self.key(session, st[0]), why
 
+    def current(self, session: str) -> str | None:
+        """The gate key of *session*'s current identity (None: not seen, or forgotten)."""
+        st = self._live.get(session)
+        return None if st is None else self.key(session, st[0])
+
     def retire(self, session: str) -> None:
         """End *session*'s current identity: its next request starts a new one."""
         st = self._live.get(session)

@@ -508,17 +508,25 @@ class RedisGate(GateCore):
                     break
         return out
 
-    def _session_choices(self, host: str, pinned: str | None) -> tuple[list[str], str]:
+    def _session_choices(self, host: str, pinned: str | None, avoid: str | None = None) -> tuple[list[str], str]:
         """Up to SESSION_CHOICES usable endpoints other than *pinned*, least recently used first,
-        and '1' when they are all this process has (the script may then drop a pin it lacks)."""
+        and '1' when they are all this process has (the script may then drop a pin it lacks).
+
+        *avoid* (a retired identity's endpoint) is offered only when nothing else is."""
         out: list[str] = []
+        skipped = False
         for key in self._order:
             if key == pinned or not self.endpoint_usable(self._endpoints[key]) or not self._may_take(host, key):
+                continue
+            if key == avoid:
+                skipped = True
                 continue
             if len(out) == SESSION_CHOICES:
                 return out, "0"
             out.append(key)
-        return out, "1"
+        if skipped and not out:
+            return [avoid], "1"  # type: ignore[list-item]
+        return out, "0" if skipped else "1"
 
     def _next_free(self, host: str, now: float) -> float:
         """When an endpoint with a free slot is next out of its backoff and its spacing for *host*
@@ -546,7 +554,7 @@ class RedisGate(GateCore):
                     return "session_wait", ready - self._clock()
             # The pin first, then a few usable others, so the script can repin (or tell a
             # pin to an endpoint this process lacks) without another trip.
-            others, complete = self._session_choices(host, pinned)
+            others, complete = self._session_choices(host, pinned, None if pinned else self._avoided(w.session))
             pin_ok = pinned in self._endpoints and self.endpoint_usable(self._endpoints[pinned])
             hint = self._ids[pinned] if pinned is not None and pin_ok else ""
             ids = ([hint] if hint else []) + [self._ids[k] for k in others]
