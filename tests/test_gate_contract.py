@@ -57,6 +57,13 @@ async def granted(d: Deferred, timeout: float = 3.0) -> Lease:
     return await asyncio.wait_for(d.asFuture(asyncio.get_running_loop()), timeout)
 
 
+async def served(g: Gate, session: str) -> Lease:
+    """One request of *session*, granted and given back."""
+    lease = await granted(g.acquire(HOST, session=session))
+    g.release(lease)
+    return lease
+
+
 async def pending(d: Deferred, seconds: float = 0.2) -> bool:
     await asyncio.sleep(seconds)
     return not d.called
@@ -168,32 +175,23 @@ async def test_a_session_follows_its_hosts_proxy_tier(make: Any) -> None:
     labels = {e.key: e.label for e in endpoints(4)}
     g = make(n=4, eligible=lambda host, key: labels[key] in tier["now"],
              listeners=GateListeners(on_session_repinned=lambda *a: moved.append(a)))
-    first = await granted(g.acquire(HOST, session="s"))
+    first = await served(g, "s")
     assert first.endpoint.label in tier["now"]
-    g.release(first)
     tier["now"] = {"ep2", "ep3"}  # the host moved up a tier
-    up = await granted(g.acquire(HOST, session="s"))
+    up = await served(g, "s")
     assert up.endpoint.label in tier["now"] and moved == [("s", first.endpoint.label, f"proxy tier of {HOST} moved")]
-    g.release(up)
-    again = await granted(g.acquire(HOST, session="s"))
-    assert again.endpoint.key == up.endpoint.key  # and stays there while the tier holds
-    g.release(again)
+    assert (await served(g, "s")).endpoint.key == up.endpoint.key  # and stays there while the tier holds
     await stop(g)
 
 
 @on_asyncio
 async def test_a_new_identity_starts_away_from_its_retired_predecessor(make: Any) -> None:
     g = make(n=2)
-    old = await granted(g.acquire(HOST, session="a"))
-    g.release(old)
-    other = await granted(g.acquire(HOST, session="b"))
-    g.release(other)
+    old, other = await served(g, "a"), await served(g, "b")
     assert old.endpoint.key != other.endpoint.key
     # "a" retires: its pin goes (the endpoint it leaves is then the least shared), and yet ...
     g.succeed("a", "a#1")
-    new = await granted(g.acquire(HOST, session="a#1"))
-    assert new.endpoint.key != old.endpoint.key  # ... its successor starts on another one
-    g.release(new)
+    assert (await served(g, "a#1")).endpoint.key != old.endpoint.key  # ... its successor starts on another one
     await stop(g)
 
 
