@@ -492,12 +492,28 @@ def _refused(proxy_url: str) -> bool:
     return False
 
 
+def _held(proxy_url: str) -> bool:
+    """Whether another server (SO_REUSEADDR, as asyncio and Twisted bind) is kept off the proxy's port."""
+    p = urlsplit(proxy_url)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((p.hostname, p.port))
+        s.listen()
+    except OSError:
+        return True
+    finally:
+        s.close()
+    return False
+
+
 def test_refuse_and_recover(sb_fail: Sandbox) -> None:
     url = sb_fail.site_url("a") + "/ip"
     proxy = sb_fail.proxy_urls[0]
     assert via(proxy, url)[0] == 200
     sb_fail.fail_proxy(0, "refuse")
     assert _refused(proxy)
+    assert _held(proxy)  # down, its port is not handed to another server that would answer for it
     sb_fail.recover_proxy(0)
     assert via(proxy, url)[0] == 200
 
@@ -533,7 +549,7 @@ def test_scheduled_failure(sb_fail: Sandbox) -> None:
     deadline = time.monotonic() + 3
     while not _refused(sb_fail.proxy_urls[3]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _refused(sb_fail.proxy_urls[3])
+    assert _refused(sb_fail.proxy_urls[3]) and _held(sb_fail.proxy_urls[3])
 
 
 # -- logs -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import base64
 import binascii
 import ipaddress
 import random
+import socket
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,6 +109,9 @@ class ProxyServer:
         self.port = 0
         self.mode = "ok"
         self._server: asyncio.Server | None = None
+        #: While down (``refuse``, ``die``): the port, bound but not listening, so a connection is
+        #: refused and no other server on the machine is handed the port and answers in its place.
+        self._reserved: socket.socket | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self._hung: set[asyncio.StreamWriter] = set()
         self._upstream = _Upstream()
@@ -123,18 +127,36 @@ class ProxyServer:
 
     async def start(self) -> None:
         """Listen (on a free port first, then on the same port after ``recover``)."""
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
         self._server = await asyncio.start_server(self._handle_conn, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
         """Shut down for good."""
-        self._stop_listening()
+        self._stop_listening(reserve=False)
         self._abort_conns()
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
 
-    def _stop_listening(self) -> None:
+    def _stop_listening(self, reserve: bool = True) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
+            if reserve and self.port:
+                self._reserve()
+
+    def _reserve(self) -> None:
+        """Hold the port without listening (no SO_REUSEADDR: nobody else may bind it meanwhile)."""
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((self.host, self.port))
+        except OSError:  # connections still open on it: the port is held by them anyway
+            s.close()
+            return
+        self._reserved = s
 
     def _abort_conns(self) -> None:
         for w in list(self._conns):
