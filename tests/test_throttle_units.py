@@ -206,8 +206,28 @@ def test_a_costly_spacing_raise_needs_the_spacing_to_have_held_the_request() -> 
     a = Attribution()
     for t in range(10):
         a.clean(3.0, float(t), W, 3.0 + t / 10)
-    assert a.decide("e1", 2.9, 1.3, 3.0, 3.0, 11.0, W, spacing_cost=0.14, rate_cost=0.09).blame == HOST
-    assert a.decide("e2", 2.9, 0.0, 3.0, 3.0, 12.0, W, spacing_cost=0.14, rate_cost=0.09).blame == PER_IP
+    assert a.decide("e1", 2.7, 1.3, 3.0, 3.0, 11.0, W, spacing_cost=0.14, rate_cost=0.09).blame == HOST
+    assert a.decide("e2", 2.7, 0.0, 3.0, 3.0, 12.0, W, spacing_cost=0.14, rate_cost=0.09).blame == PER_IP
+
+
+def test_a_gap_within_timer_noise_of_a_clean_one_is_not_shorter() -> None:
+    # 2.098 s limited after 2.099 s answered cleanly: the IP's gap is not what the site counts.
+    v = Attribution().decide("e1", 2.098, 0.0, 2.099, 2.2, 5.0, W)
+    assert v.blame == HOST and "answered cleanly" in v.why
+    assert Attribution().decide("e1", 1.9, 0.0, 2.099, 2.2, 5.0, W).blame == PER_IP
+
+
+def test_with_no_clean_gap_yet_a_held_request_is_per_ip_unless_the_raise_costs_more_than_a_rate_cut() -> None:
+    # Early in a crawl no IP has a clean gap: a per-IP limit and a host-wide one both hit held requests.
+    cheap = Attribution().decide("e1", 0.85, 0.0, math.inf, 5.0, 1.0, W, spacing_cost=0.0, rate_cost=0.1)
+    assert cheap.blame == PER_IP and not cheap.ambiguous
+    # Raising 4 IPs' spacing 50% would give up 43% of the host's rate; a rate step gives up 9%.
+    a = Attribution()
+    costly = a.decide("e1", 1.4, 0.0, math.inf, 2.95, 1.5, W, spacing_cost=0.43, rate_cost=0.09)
+    assert costly.blame == HOST and costly.ambiguous
+    # The same IP limited again after the host rate was tried: the IP.
+    again = a.decide("e1", 1.4, 0.0, math.inf, 2.7, 4.0, W, spacing_cost=0.43, rate_cost=0.09)
+    assert again.blame == PER_IP
 
 
 # -- composition -------------------------------------------------------------

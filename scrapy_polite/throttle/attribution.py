@@ -86,9 +86,17 @@ class Attribution:
             return Verdict(HOST, "no gap known for the endpoint")
         held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
         if not math.isfinite(shortest_clean):
-            # No clean gap to compare with: the spacing held the request or it did not.
-            return Verdict(PER_IP, "held by its spacing") if held else Verdict(HOST, "not held by its spacing")
-        if gap >= shortest_clean:
+            # No clean gap to compare with: the spacing held the request or it did not. Held,
+            # a raise that gives up much of the host's throughput is weighed against a
+            # host-rate cut first (early in a crawl a host-wide cap hits held requests too).
+            if not held:
+                return Verdict(HOST, "not held by its spacing")
+            if spacing_cost <= CHEAP:
+                return Verdict(PER_IP, "held by its spacing")
+            return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
+                                 "held by its spacing", "no clean gap known yet")
+        if gap >= shortest_clean * (1 - GAP_TOLERANCE):
+            # Within timer noise of a gap answered cleanly: the IP's gap was not the limit.
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)
         rate_high = sent > highest * (1 + RATE_MARGIN) and sent > 0
@@ -103,8 +111,12 @@ class Attribution:
         host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"
         if rate_high and time_cluster and not repeats:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
-        # Both have support: the cheaper remedy first; the same endpoint limited again
-        # after the host rate was tried points at the endpoint.
+        return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost, ip_side, host_side)
+
+    def _cheaper(self, endpoint: str, repeats: int, now: float, window: float, spacing_cost: float,
+                 rate_cost: float, ip_side: str, host_side: str) -> Verdict:
+        """Both hypotheses have support: the cheaper remedy first; the same endpoint limited
+        again after the host rate was tried points at the endpoint."""
         cheaper = PER_IP if spacing_cost * SPACING_UNDO <= rate_cost else HOST
         last = self.last_ambiguous
         if repeats and last is not None and now - last[0] < window and last[1] == HOST:
