@@ -6,7 +6,8 @@ The evidence that separates the two:
   cleanly; a host-wide limit does not care about one IP's gap, so a clean
   answer after a gap as short as the failing one rules the IP out;
 - **rate**: a host-wide limit fails when the host's total rate is at a new
-  high, above the rates its clean answers were sent at;
+  high, above the rates its clean answers were sent at, and does not fail well
+  below a rate it answered cleanly moments ago;
 - **clusters**: 429s again on the same IP point at that IP; 429s on several
   IPs within a moment point at the host.
 
@@ -27,8 +28,10 @@ HOST = "host"
 #: share of its gap: timers fire late) was held by its spacing.
 SLACK_TOLERANCE = 0.1
 GAP_TOLERANCE = 0.05
-#: A rate this share above every clean answer's is a new high.
+#: A rate this share above every clean answer's is a new high; one this factor
+#: below a clean answer's (two host-rate steps) is one the host took.
 RATE_MARGIN = 0.05
+RATE_BELOW = 1.21
 #: 429s on this many endpoints within ``MOMENT`` seconds cluster in time.
 MOMENT = 1.0
 MOMENT_ENDPOINTS = 2
@@ -85,6 +88,14 @@ class Attribution:
         if not math.isfinite(gap):
             return Verdict(HOST, "no gap known for the endpoint")
         held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
+        if math.isfinite(shortest_clean) and gap >= shortest_clean * (1 - GAP_TOLERANCE):
+            # Within timer noise of a gap answered cleanly: the IP's gap was not the limit.
+            return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
+        highest = max((r for _, r in self.clean_rates), default=0.0)
+        if sent > 0 and sent * RATE_BELOW <= highest:
+            # The host answered a clearly higher total rate cleanly within the window: a
+            # host-wide cap does not explain this 429, the IP's short gap does.
+            return Verdict(PER_IP, f"the host answered {highest:.2f} req/s cleanly, above the {sent:.2f} sent")
         if not math.isfinite(shortest_clean):
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
@@ -95,10 +106,6 @@ class Attribution:
                 return Verdict(PER_IP, "held by its spacing")
             return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
                                  "held by its spacing", "no clean gap known yet")
-        if gap >= shortest_clean * (1 - GAP_TOLERANCE):
-            # Within timer noise of a gap answered cleanly: the IP's gap was not the limit.
-            return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
-        highest = max((r for _, r in self.clean_rates), default=0.0)
         rate_high = sent > highest * (1 + RATE_MARGIN) and sent > 0
         time_cluster = moment >= MOMENT_ENDPOINTS
         ip_side = "shorter than every clean gap" + (f", {repeats + 1} on this endpoint" if repeats else "")

@@ -212,10 +212,12 @@ class ThrottlePolicy:
         changes: list[str] = []
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now)
-        if cfg.adaptive and sent_at - gap >= p.spacing.changed and self.gate.host(host).interval <= 0:
+        if cfg.adaptive and sent_at - gap >= p.spacing.changed and (
+                self.gate.host(host).interval <= 0 or p.rate.starting):
             # A step per answer whose whole gap was drawn from the current band (one
             # per spacing, as TCP grows once per round trip); and only while the host
-            # has no rate of its own, under which narrower spacing gains nothing.
+            # has no rate of its own, under which narrower spacing gains nothing, or
+            # while its rate is still in slow start (both searches start at once).
             changes += self._narrow_spacing(p, host, now)
         if now - p.last_change >= window and now - p.last_signal >= window:
             changes += self._clean_window(p, host, now)

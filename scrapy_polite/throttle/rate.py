@@ -16,6 +16,10 @@ from dataclasses import dataclass
 #: Each clean answer sent at the current host rate raises it by this share; a
 #: host holds one step below the rate that last failed.
 STEP = 0.1
+#: Adaptive mode's slow start, before any host-wide limit was found: a step per
+#: clean answer this large (TCP's slow start doubles per round trip; a crawl of a
+#: small site lasts seconds, and an overshoot costs one 429 and a step back).
+START_STEP = 0.25
 #: The rate actually sent is measured over this many seconds of gate grants
 #: (at least ``SPAN_MIN``), for a first cut when the host had no rate yet.
 WINDOW = 3.0
@@ -24,9 +28,10 @@ SPAN_MIN = 1.0
 #: at least ``MIN_ANSWERS``), the host takes the rate sent times that share.
 CLEAN_SHARE = 0.8
 MIN_ANSWERS = 10
-#: Adaptive mode's first hold below a rate that failed, seconds; each probe that
-#: meets the same ceiling doubles it, up to ``POLITE_RECOVERY_WINDOW`` (the hold
-#: without adaptive mode).
+#: Adaptive mode's first hold below a rate that failed, seconds, once the host's
+#: limit has been seen to move (twice this while it has not: each probe of a steady
+#: limit costs a 429); each probe that meets the same ceiling doubles it, up to
+#: ``POLITE_RECOVERY_WINDOW`` (the hold without adaptive mode).
 HOLD_FIRST = 3.0
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
@@ -105,7 +110,7 @@ class RateSearch:
     def hold(self, window: float, fast: bool = True) -> float:
         """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's short holds)."""
         longest = window / (2 if self.moved else 1)
-        return min(longest, HOLD_FIRST * 2 ** self.confirmed) if fast else longest
+        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved))) if fast else longest
 
     # -- steps -----------------------------------------------------------------
 
@@ -175,4 +180,9 @@ class RateSearch:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             return None
-        return rate * (1 + STEP)
+        return rate * (1 + (START_STEP if fast and self.starting else STEP))
+
+    @property
+    def starting(self) -> bool:
+        """Whether no host-wide limit was found yet (slow start)."""
+        return self.ceiling is None and self.bad is None

@@ -12,7 +12,8 @@ REACH = 0.5
 #: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
 #: known, at least ``BISECT_STEP`` and halfway to just above it) and of the jitter
 #: band, down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
-STEP = 0.9
+#: Without a failure known the steps are large, as the host rate's slow start.
+STEP = 0.8
 BISECT_STEP = 0.95
 JITTER_STEP = 0.5
 MIN_JITTER = 0.05
