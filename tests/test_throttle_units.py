@@ -114,6 +114,20 @@ def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
     assert r.limited(Signal(6.0, 6.0, False, 0.5)) == pytest.approx(max(3.0, 6.0 * 6 / 12))
 
 
+def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_move() -> None:
+    # 2.5 -> 3.125 -> 3.9 req/s against a 3 req/s cap: 3.9 fails, then 3.125.
+    r = RateSearch()
+    assert r.clean(2.5, 0.0, W, math.inf) == pytest.approx(3.125)
+    assert r.clean(3.125, 0.5, W, math.inf) == pytest.approx(3.90625)
+    assert r.limited(Signal(3.90625, 3.9, False, 0.5), 1.0) == pytest.approx(3.125)
+    r.changed = 1.0
+    r.limited(Signal(3.125, 3.1, False, 0.5), 2.0)
+    assert r.ceiling == pytest.approx(3.125) and not r.moved and r.bad == pytest.approx(3.125)
+    r.changed = 2.0
+    assert r.clean(2.9, 3.0, W, math.inf) is KEEP  # held one step under 3.125, for a steady limit's hold
+    assert r.hold(W) == 2 * HOLD_FIRST
+
+
 def test_rate_with_no_host_rate_ignores_a_lone_signal_and_cuts_a_wide_burst() -> None:
     r = RateSearch()
     assert r.limited(Signal(None, 8.0, False, 0.5)) is KEEP

@@ -212,7 +212,7 @@ class ThrottlePolicy:
         changes: list[str] = []
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now)
-        if cfg.adaptive and sent_at - gap >= p.spacing.changed and (
+        if cfg.adaptive and math.isfinite(gap) and sent_at - gap >= p.spacing.changed and (
                 self.gate.host(host).interval <= 0 or p.rate.starting):
             # A step per answer whose whole gap was drawn from the current band (one
             # per spacing, as TCP grows once per round trip); and only while the host

@@ -61,7 +61,7 @@ class RateSearch:
     """One host's search for its host-wide limit."""
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
-                 "last_limited", "probing", "grants", "answers")
+                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -84,6 +84,11 @@ class RateSearch:
         self.probing = False
         self.grants: deque[tuple[float, int]] = deque()
         self.answers: deque[tuple[float, bool]] = deque()
+        #: Whether the rate last climbed by a slow-start step, and so the ceiling its first
+        #: signal sets is only an upper bound: a failure below it then finds the limit, and
+        #: neither means the limit moved nor counts as noise.
+        self.climbed_fast = False
+        self.provisional = False
 
     # -- measurements ------------------------------------------------------
 
@@ -136,10 +141,15 @@ class RateSearch:
             new, failed = s.sent * s.backoff, s.sent
         else:
             return KEEP
+        provisional, self.provisional = self.provisional, False
         if s.rate is None:
             pass  # a burst with no host rate says little about where the limit is
         elif self.ceiling is None:
             self.ceiling = failed
+            self.provisional = self.climbed_fast
+        elif provisional and failed < self.ceiling:
+            self.ceiling = failed  # under a slow start's overshoot: the limit, found
+            self.bad_found = False
         elif failed < self.ceiling / (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
             self.ceiling = failed
@@ -180,7 +190,8 @@ class RateSearch:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             return None
-        return rate * (1 + (START_STEP if fast and self.starting else STEP))
+        self.climbed_fast = fast and self.starting
+        return rate * (1 + (START_STEP if self.climbed_fast else STEP))
 
     @property
     def starting(self) -> bool:
