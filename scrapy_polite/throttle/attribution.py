@@ -88,8 +88,7 @@ class Attribution:
         if not math.isfinite(gap):
             return Verdict(HOST, "no gap known for the endpoint")
         held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
-        if math.isfinite(shortest_clean) and gap >= shortest_clean * (1 - GAP_TOLERANCE):
-            # Within timer noise of a gap answered cleanly: the IP's gap was not the limit.
+        if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)
         if sent > 0 and sent * RATE_BELOW <= highest:
