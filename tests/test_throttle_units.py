@@ -128,6 +128,19 @@ def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_mov
     assert r.hold(W) == 2 * HOLD_FIRST
 
 
+def test_a_probe_past_the_ceiling_that_stays_clean_climbs_by_slow_start_steps() -> None:
+    r = RateSearch()
+    r.clean(4.0, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(4.4, 4.4, False, 0.5), 1.0)  # the ceiling: 4.4
+    r.changed = 1.0
+    assert r.clean(4.0, 1.5, W, math.inf) is KEEP  # holding under it
+    assert r.clean(4.0, 1.0 + r.hold(W) + 0.1, W, math.inf) == pytest.approx(4.4)  # the probe
+    assert r.clean(4.4, 20.0, W, math.inf) == pytest.approx(4.4 * (1 + START_STEP))  # clean at the ceiling: it rose
+    r.limited(Signal(5.5, 5.5, False, 0.5), 21.0)
+    r.changed = 21.0
+    assert r.clean(4.4, 21.5, W, math.inf) == pytest.approx(4.4 * (1 + STEP))  # found again: small steps
+
+
 def test_rate_with_no_host_rate_ignores_a_lone_signal_and_cuts_a_wide_burst() -> None:
     r = RateSearch()
     assert r.limited(Signal(None, 8.0, False, 0.5)) is KEEP

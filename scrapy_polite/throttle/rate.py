@@ -16,9 +16,10 @@ from dataclasses import dataclass
 #: Each clean answer sent at the current host rate raises it by this share; a
 #: host holds one step below the rate that last failed.
 STEP = 0.1
-#: Adaptive mode's slow start, before any host-wide limit was found: a step per
-#: clean answer this large (TCP's slow start doubles per round trip; a crawl of a
-#: small site lasts seconds, and an overshoot costs one 429 and a step back).
+#: Adaptive mode's slow start, before any host-wide limit was found and once a
+#: probe got past the ceiling cleanly: a step per clean answer this large (TCP's
+#: slow start doubles per round trip; a crawl of a small site lasts seconds, and an
+#: overshoot costs one 429 and a step back).
 START_STEP = 0.25
 #: The rate actually sent is measured over this many seconds of gate grants
 #: (at least ``SPAN_MIN``), for a first cut when the host had no rate yet.
@@ -190,7 +191,10 @@ class RateSearch:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             return None
-        self.climbed_fast = fast and self.starting
+        # Slow-start steps before any limit is found, and again once a probe got past the
+        # ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
+        risen = self.probing and self.ceiling is not None and rate >= self.ceiling * (1 - 1e-9)
+        self.climbed_fast = fast and (self.starting or risen)
         return rate * (1 + (START_STEP if self.climbed_fast else STEP))
 
     @property
