@@ -247,6 +247,16 @@ def test_a_costly_spacing_raise_needs_the_spacing_to_have_held_the_request() -> 
     assert a.decide("e2", 2.7, 0.0, 3.0, 3.0, 12.0, W, spacing_cost=0.14, rate_cost=0.09).blame == PER_IP
 
 
+def test_a_held_request_with_few_clean_gaps_is_ambiguous_when_the_raise_is_costly() -> None:
+    # 4 IPs under a 3 req/s cap: a 1.47 s gap fails after three clean ones of 1.5 s and more.
+    a = Attribution()
+    for t, gap in enumerate((1.5, 1.6, 1.9)):
+        a.clean(3.0, t * 0.3, W, gap)
+    v = a.decide("e1", 1.47, 0.05, 1.5, 3.0, 1.0, W, spacing_cost=0.16, rate_cost=0.09)
+    assert v.ambiguous and v.blame == HOST
+    assert a.decide("e2", 1.47, 0.05, 1.5, 3.0, 1.1, W, spacing_cost=0.0, rate_cost=0.09).blame == PER_IP  # cheap
+
+
 def test_a_429_well_below_a_rate_the_host_answered_cleanly_is_per_ip_unless_a_gap_as_short_was_clean() -> None:
     # 8 IPs' first requests went through at 7.6 req/s; their second ones, 1.5 s later, fail at 5 req/s
     # although the host rate held them (slack): a host-wide cap does not explain it, the IPs' gaps do.
@@ -256,6 +266,8 @@ def test_a_429_well_below_a_rate_the_host_answered_cleanly_is_per_ip_unless_a_ga
     v = a.decide("e1", 1.5, 0.3, math.inf, 5.0, 1.5, W, spacing_cost=0.5, rate_cost=0.09)
     assert v.blame == PER_IP and "7.60 req/s cleanly" in v.why
     assert a.decide("e2", 1.5, 0.3, math.inf, 6.9, 1.6, W).blame == HOST  # within two rate steps of it
+    # The rate sent over the last seconds lags behind cuts: the host rate in force bounds it.
+    assert a.decide("e4", 1.5, 0.3, math.inf, 6.9, 1.65, W, rate=3.1).blame == PER_IP
     # A cap that fell (the host answered 7.6 req/s and now 429s at 5): gaps as short were clean.
     assert a.decide("e3", 1.5, 0.3, 1.4, 5.0, 1.7, W).blame == HOST
 

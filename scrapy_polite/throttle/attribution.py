@@ -78,9 +78,10 @@ class Attribution:
 
     def decide(
         self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
-        spacing_cost: float = 0.0, rate_cost: float = 0.0,
+        spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf,
     ) -> Verdict:
-        """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives up)."""
+        """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives
+        up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind)."""
         self._expire(now, window)
         repeats = sum(k == endpoint for _, k in self.limited)
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
@@ -91,10 +92,11 @@ class Attribution:
         if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)
-        if sent > 0 and sent * RATE_BELOW <= highest:
+        at_most = min(sent, rate)
+        if at_most > 0 and at_most * RATE_BELOW <= highest:
             # The host answered a clearly higher total rate cleanly within the window: a
             # host-wide cap does not explain this 429, the IP's short gap does.
-            return Verdict(PER_IP, f"the host answered {highest:.2f} req/s cleanly, above the {sent:.2f} sent")
+            return Verdict(PER_IP, f"the host answered {highest:.2f} req/s cleanly, above the {at_most:.2f} sent")
         if not math.isfinite(shortest_clean):
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
@@ -109,9 +111,10 @@ class Attribution:
         time_cluster = moment >= MOMENT_ENDPOINTS
         ip_side = "shorter than every clean gap" + (f", {repeats + 1} on this endpoint" if repeats else "")
         # Held by its spacing, the gap was the spacing's; held by something else (the
-        # host rate), it is only telling once enough clean gaps were seen.
-        # A raise that would cost throughput needs that evidence and a cheap one does not.
-        telling = held or (len(self.clean_gaps) >= MIN_CLEAN_GAPS and spacing_cost <= CHEAP)
+        # host rate), it is only telling once enough clean gaps were seen. A raise that
+        # would cost throughput needs both, and a cheap one either.
+        enough = len(self.clean_gaps) >= MIN_CLEAN_GAPS
+        telling = (held or enough) and (spacing_cost <= CHEAP or (held and enough))
         if not rate_high and telling:
             return Verdict(PER_IP, ip_side + (f"; {moment} endpoints within {MOMENT:g} s" if time_cluster else ""))
         host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"

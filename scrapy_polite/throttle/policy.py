@@ -32,6 +32,7 @@ from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
+from scrapy_polite.throttle.spacing import MARGIN as SPACING_MARGIN
 from scrapy_polite.throttle.spacing import SpacingEstimator
 
 if TYPE_CHECKING:
@@ -150,10 +151,12 @@ class ThrottlePolicy:
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
         window = cfg.recovery_window
-        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window))
+        # What explaining the 429 by the IP's gap would cost: the spacing just above it.
+        spacing_cost, rate_cost = self._costs(host, sent, gap * (1 + SPACING_MARGIN))
+        interval = gate.host(host).interval
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost,
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
         )
         evidence: dict[str, Any] = {
             "status": status, "retry_after": round(delay, 3), "gap": _finite(gap), "slack": _finite(slack),
