@@ -135,7 +135,8 @@ def test_a_probe_past_the_ceiling_that_stays_clean_climbs_by_slow_start_steps() 
     r.changed = 1.0
     assert r.clean(4.0, 1.5, W, math.inf) is KEEP  # holding under it
     assert r.clean(4.0, 1.0 + r.hold(W) + 0.1, W, math.inf) == pytest.approx(4.4)  # the probe
-    assert r.clean(4.4, 20.0, W, math.inf) == pytest.approx(4.4 * (1 + START_STEP))  # clean at the ceiling: it rose
+    assert r.clean(4.4, 20.0, W, math.inf) == pytest.approx(4.84)  # clean at the ceiling: a step past it
+    assert r.clean(4.84, 20.5, W, math.inf) == pytest.approx(4.84 * (1 + START_STEP))  # clean past it: it rose
     r.limited(Signal(5.5, 5.5, False, 0.5), 21.0)
     r.changed = 21.0
     assert r.clean(4.4, 21.5, W, math.inf) == pytest.approx(4.4 * (1 + STEP))  # found again: small steps

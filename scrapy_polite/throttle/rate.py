@@ -191,9 +191,9 @@ class RateSearch:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             return None
-        # Slow-start steps before any limit is found, and again once a probe got past the
-        # ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
-        risen = self.probing and self.ceiling is not None and rate >= self.ceiling * (1 - 1e-9)
+        # Slow-start steps before any limit is found, and again once a probe got a step past
+        # the ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
+        risen = self.probing and self.ceiling is not None and rate > self.ceiling * (1 + STEP / 2)
         self.climbed_fast = fast and (self.starting or risen)
         return rate * (1 + (START_STEP if self.climbed_fast else STEP))
 
