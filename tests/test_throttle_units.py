@@ -34,6 +34,15 @@ def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> 
     assert s.raised(1.0, band, 10.0, True, 1.3, W) is None  # already above
 
 
+def test_an_ambiguous_signal_raises_the_spacing_just_above_its_gap() -> None:
+    s = SpacingEstimator()
+    s.clean(1.49, 0.0, W)
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W) == pytest.approx((1.49, 1.49 * 1.05))  # a clean gap near
+    s = SpacingEstimator()
+    s.clean(1.49, 0.0, W)
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.155, 1.155 * 1.05))
+
+
 def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slowly() -> None:
     s = SpacingEstimator()
     s.raised(0.9, (0.5, 0.5), 10.0, True, 0.0, W)
@@ -146,6 +155,14 @@ def test_rate_with_no_host_rate_ignores_a_lone_signal_and_cuts_a_wide_burst() ->
     r = RateSearch()
     assert r.limited(Signal(None, 8.0, False, 0.5)) is KEEP
     assert r.limited(Signal(None, 8.0, True, 0.5)) == pytest.approx(4.0)
+
+
+def test_a_wide_burst_with_no_host_rate_steps_under_the_limit_found_before() -> None:
+    r = RateSearch()
+    r.limited(Signal(3.025, 3.0, False, 0.5), 1.0)  # a ceiling found at 3.025 req/s
+    # The rate was dropped later (the spacing bound first); 2.44 req/s sent draws 429s on several IPs.
+    assert r.limited(Signal(None, 2.44, True, 0.5), 15.0) == pytest.approx(2.44 / 1.1)
+    assert r.limited(Signal(None, 5.0, True, 0.5), 30.0) == pytest.approx(3.025 / 1.1)  # never above the ceiling
 
 
 def test_rate_past_what_the_pool_can_send_is_dropped() -> None:

@@ -164,7 +164,7 @@ class ThrottlePolicy:
         }
         changes: list[str] = []
         if verdict.blame == PER_IP:
-            changes += self._raise_spacing(p, host, gap, now)
+            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
         else:
             sent_at = now if granted_at is None else granted_at
             changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now)
@@ -311,11 +311,13 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
-    def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float) -> list[str]:
-        """Put the spacing band just above *gap*, which was too short for the site."""
+    def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False) -> list[str]:
+        """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
+        ambiguous signal, weighed at a raise just above the gap, gets no more than that)."""
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
-        band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window)
+        band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
+                                reach=not probe)
         if band is None:
             return []
         self.gate.set_host_delay(host, band)

@@ -139,7 +139,9 @@ class RateSearch:
         elif s.wide and accepted is not None:
             new, failed = accepted, accepted * (1 + STEP)
         elif s.wide and s.sent > 0:
-            new, failed = s.sent * s.backoff, s.sent
+            # No host rate in force: a step under the rate sent, or under the limit found before.
+            failed = s.sent if self.ceiling is None else min(s.sent, self.ceiling)
+            new = max(failed / (1 + STEP) if self.ceiling is not None else 0.0, s.sent * s.backoff)
         else:
             return KEEP
         provisional, self.provisional = self.provisional, False

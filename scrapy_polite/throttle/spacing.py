@@ -55,11 +55,13 @@ class SpacingEstimator:
         clean gap if that is not far above it (a known-good spacing beats a guess)."""
         return max(gap * (1 + MARGIN), min(self.shortest_clean(now, window), gap * (1 + REACH)))
 
-    def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float) -> Band | None:
-        """The band just above *gap*, which was too short (``None``: the band already is)."""
+    def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
+               reach: bool = True) -> Band | None:
+        """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
+        up to a clean gap or ``REACH`` above it, else only ``MARGIN``)."""
         self.bad_gap = max(self.bad_gap, gap)
         lo, hi = band
-        new_lo = min(self.target(gap, now, window), ceiling)
+        new_lo = min(self.target(gap, now, window) if reach else gap * (1 + MARGIN), ceiling)
         if new_lo <= lo:
             return None
         new_hi = new_lo * (1 + MIN_JITTER)
