@@ -165,19 +165,6 @@ def test_a_wide_burst_with_no_host_rate_steps_under_the_limit_found_before() -> 
     assert r.limited(Signal(None, 5.0, True, 0.5), 30.0) == pytest.approx(3.025 / 1.1)  # never above the ceiling
 
 
-def test_a_first_burst_sets_no_hold_and_the_first_failure_at_a_set_rate_does() -> None:
-    r = RateSearch()
-    assert r.limited(Signal(None, 4.0, True, 0.5), 0.0) == pytest.approx(2.0)  # a cold burst: half what was sent
-    r.changed = 0.0
-    # Climbing to and past the burst's 4 req/s, with no wait: the burst's rate found no limit.
-    assert r.clean(3.8, 1.0, W, math.inf, fast=False) == pytest.approx(3.8 * (1 + STEP))
-    assert r.clean(4.2, 1.5, W, math.inf, fast=False) == pytest.approx(4.2 * (1 + STEP))
-    r.limited(Signal(4.6, 4.6, False, 0.5), 2.0)  # a 429 at a rate in force: the limit
-    r.changed = 2.0
-    assert r.clean(4.2, 3.0, W, math.inf, fast=False) is KEEP  # held one step under it for the window
-    assert r.clean(4.2, 2.0 + W + 0.1, W, math.inf, fast=False) == pytest.approx(4.2 * (1 + STEP))
-
-
 def test_rate_past_what_the_pool_can_send_is_dropped() -> None:
     assert RateSearch().clean(10.0, 0.0, W, 8.0) is None
 
@@ -335,22 +322,6 @@ def test_a_per_ip_signal_never_cuts_concurrency(adaptive: bool) -> None:
     p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)
     assert gate.host("a").delay[0] > 1.0
     assert gate.host("a").limit == before
-
-
-def test_only_host_wide_signals_hold_the_other_processes_host_rate() -> None:
-    # With a shared state, the gate times a host's signals fleet-wide: other processes hold their host-rate
-    # climb after one. A per-IP 429 (the IP's spacing answers for it) must not stop the fleet's rate.
-    p, gate, ft, _ = policy(True)
-    shared: list[str] = []
-    gate.signal_host = shared.append
-    ep = next(iter(gate.endpoints.values())).endpoint
-    p.ok("a", 200, gap=2.0, granted_at=ft.now)
-    p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)  # per-IP: shorter than a clean gap
-    assert shared == []
-    ft.advance(1.0)
-    other = list(gate.endpoints.values())[1].endpoint
-    p.rate_limited("a", other, 2.0, granted_at=ft.now)  # no gap known: the host
-    assert shared == ["a"]
 
 
 def answers_at_quarter_second_latency(p, gate, ft) -> None:

@@ -185,7 +185,6 @@ class ThrottlePolicy:
         """
         gate, now = self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
-        gate.signal_host(host)
         h = gate.host(host)
         current = 1 / h.interval if h.interval > 0 else sent
         changes: list[str] = []
@@ -345,7 +344,6 @@ class ThrottlePolicy:
         cfg, gate = self.config, self.gate
         h = gate.host(host)
         changes: list[str] = []
-        gate.signal_host(host)
         p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
             p.recent.popleft()

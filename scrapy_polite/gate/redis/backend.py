@@ -181,17 +181,8 @@ class RedisGate(GateCore):
         return secrets.token_hex(8)
 
     def last_signal(self, host: str) -> float:
-        """When (this process's clock) any process last got a host-wide rate signal from *host*, as last seen."""
+        """When (this process's clock) any process last got a rate signal from *host*, as last seen."""
         return self._signals.get(host, -math.inf)
-
-    def signal_host(self, host: str) -> None:
-        """A host-wide rate signal from *host*: every process learns when, and holds its host-rate climb.
-
-        A per-IP signal is not one: the IP's spacing answers for it, and the host rate may climb on.
-        """
-        self._signals[host] = self._clock()
-        key = self.keys.host(host)
-        self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -376,6 +367,10 @@ class RedisGate(GateCore):
             st.unhealthy_until = max(st.unhealthy_until, self._clock() + seconds)
             self._extend(self.keys.endpoint(ep_id), "unhealthy_until", seconds)
         else:
+            # A cooldown for one host is its rate signal: every process learns when.
+            self._signals[host] = self._clock()
+            key = self.keys.host(host)
+            self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
             self._extend(self.keys.pair(ep_id, host), "cooldown_until", seconds)
         self._kick(host)
 
