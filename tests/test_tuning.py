@@ -392,3 +392,38 @@ def test_a_challenge_page_stops_the_search_as_a_ban_does() -> None:
     assert trials[-1].verdict == "BLOCKED" and "challenge page" in (t.stopped or "")
     best = t.recommendation()
     assert best is not None and best.settings.delay[0] >= 0.5
+
+
+def test_a_ban_before_the_throttled_step_recommends_the_spacing_the_throttle_widened_to() -> None:
+    """The trial before a ban drew a 429 or two (under the acceptable rate) and its throttle widened
+    the spacing past the site's limit; the ban ends the search before that spacing is tried. The
+    recommendation keeps the fast trial but never its delay under the limit the throttle found."""
+    t = tuner(budget=1000)
+    results = [
+        TrialResult(sent=60, attempts=60, success=60, seconds=30.0),  # start, clean
+        # (0.6, 1.2): one 429 in 59; the throttle ended at (0.74, 0.78).
+        TrialResult(sent=60, attempts=60, success=59, rate_limited=1, seconds=20.0,
+                    paced_attempts=59, paced_rate_limited=1, throttled_delay=(0.74, 0.78)),
+        TrialResult(sent=60, attempts=40, success=30, rate_limited=9, bans=1, status_403=1, seconds=10.0),
+    ]
+    for result in results:
+        trial = t.next_trial()
+        assert trial is not None
+        t.record(trial, result)
+    assert t.trials[-1].verdict == "BLOCKED" and t.next_trial() is None
+    best = t.recommendation()
+    assert best is t.trials[1] and best.settings.delay == (0.6, 1.2)
+    recommended = t.recommended_settings()
+    assert recommended is not None and recommended.delay == (0.74, 0.78)
+    assert recommended.host_concurrency == best.settings.host_concurrency
+
+
+def test_the_recommended_spacing_is_the_trials_own_once_its_throttled_spacing_was_tried() -> None:
+    t = tuner()
+    search(t, throttled_site(1.0))
+    best = t.recommendation()
+    assert best is not None and t.recommended_settings() == best.settings
+    # And a clean best trial is recommended as it ran.
+    t2 = tuner()
+    search(t2, per_ip_site(0.5))
+    assert t2.recommendation() is not None and t2.recommended_settings() == t2.recommendation().settings  # type: ignore[union-attr]

@@ -162,8 +162,14 @@ class Command(ScrapyCommand):
                 f"pages/min, 429 rate {r.rate_429 * 100:.1f}%"
                 + (f", P95 {r.p95:.3f}s" if r.p95 is not None else "") + "):"
             )
+            settings = tuner.recommended_settings() or best.settings
+            if settings.delay != best.settings.delay:
+                out(
+                    f"(POLITE_DELAY is the spacing the throttle widened trial {best.index}'s "
+                    f"{best.settings.delay_text()} s to after its 429s; the search ended before trying it.)"
+                )
             out("")
-            for line in settings_lines(best.settings, endpoint_concurrency):
+            for line in settings_lines(settings, endpoint_concurrency):
                 out(line)
         else:
             out("")

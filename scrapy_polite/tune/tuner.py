@@ -219,6 +219,28 @@ class Tuner:
         """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
         return self.best
 
+    def recommended_settings(self) -> TrialSettings | None:
+        """The best trial's settings, with ``POLITE_DELAY`` at least the spacing its throttle
+        had to widen to when the search ended before trying that spacing (a ban or the budget
+        stopped it): that trial's few 429s said its delay was under the site's limit, and a
+        setting under the limit, next to a site that has blocked, is no recommendation."""
+        best = self.best
+        if best is None:
+            return None
+        planned = self._throttled_settings(best)
+        if planned is None or any(t.settings == planned for t in self.trials):
+            return best.settings  # kept, or tried and found slower
+        return planned
+
+    def _throttled_settings(self, trial: Trial) -> TrialSettings | None:
+        """*trial*'s settings with the spacing its throttle ended with, if that was wider."""
+        if trial.result is None or trial.result.throttled_delay is None:
+            return None
+        low, high = trial.result.throttled_delay
+        if low < trial.settings.delay[0] + 0.01:
+            return None  # the throttle kept the configured spacing (or narrowed it)
+        return replace(trial.settings, delay=(round(low, 2), round(max(low, high), 2)))
+
     # -- planning -------------------------------------------------------------
 
     def next_trial(self) -> Trial | None:
@@ -291,14 +313,8 @@ class Tuner:
 
     def _plan_throttled(self) -> tuple[TrialSettings, str, int | None] | None:
         best = self.best
-        if best is None or best.result is None or best.result.throttled_delay is None:
-            return None
-        low, high = best.result.throttled_delay
-        delay = best.settings.delay
-        if low < delay[0] + 0.01:
-            return None  # the throttle kept the configured spacing (or narrowed it)
-        candidate = replace(best.settings, delay=(round(low, 2), round(max(low, high), 2)))
-        if any(t.settings == candidate for t in self.trials):
+        candidate = None if best is None else self._throttled_settings(best)
+        if best is None or candidate is None or any(t.settings == candidate for t in self.trials):
             return None
         return candidate, THROTTLED, best.index
 
