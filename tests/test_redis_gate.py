@@ -491,15 +491,44 @@ async def test_the_orphans_list_is_bounded(redis_server) -> None:
 
 
 @on_asyncio
-async def test_a_rate_signal_is_seen_by_every_process(redis_server) -> None:
+async def test_a_host_wide_signal_is_seen_by_every_process_and_a_cooldown_alone_is_not_one(redis_server) -> None:
     a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2)
     lease, _ = await granted(b.acquire("h"))
     b.release(lease)
     assert b.last_signal("h") == float("-inf")
-    a.cool_endpoint(next(iter(a.endpoints)), "h", 0.2)  # a 429 from h, seen in a only
+    a.cool_endpoint(next(iter(a.endpoints)), "h", 0.2)  # a per-IP 429: the IP's spacing answers for it
+    await settle()
+    lease, _ = await granted(b.acquire("h"))
+    assert b.last_signal("h") == float("-inf")
+    b.release(lease)
+    a.signal_host("h")  # a 429 from h blamed on the host, seen in a only
     signalled = time.monotonic()
     await settle()
     lease, _ = await granted(b.acquire("h"))  # the next grant attempt brings the time along
     assert abs(b.last_signal("h") - signalled) < 0.2
     b.release(lease)
+    await stop(a, b)
+
+
+@on_asyncio
+async def test_a_host_rate_set_here_is_not_undone_by_a_grant_read_before_it_was_written(redis_server) -> None:
+    """The throttle takes a host rate that moved as another process's step (a cut: the limit met),
+    so a grant read before this process's own change reached Redis must not bring the old rate back."""
+    a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2)
+    lease, _ = await granted(a.acquire("h"))
+    a.release(lease)
+    for interval in (0.05, 0.04, 0.03):
+        a.set_host_interval("h", interval)  # queued; the grant below may be read first
+        lease, _ = await granted(a.acquire("h"))
+        assert a.host("h").interval == interval
+        a.release(lease)
+    await settle()
+    lease, _ = await granted(b.acquire("h"))  # another process reads the shared rate
+    assert b.host("h").interval == 0.03
+    b.release(lease)
+    b.set_host_interval("h", 0.06)  # and moves it: a sees the move at its next grant
+    await settle()
+    lease, _ = await granted(a.acquire("h"))
+    assert a.host("h").interval == 0.06
+    a.release(lease)
     await stop(a, b)

@@ -324,6 +324,22 @@ def test_a_per_ip_signal_never_cuts_concurrency(adaptive: bool) -> None:
     assert gate.host("a").limit == before
 
 
+def test_only_host_wide_signals_hold_the_other_processes_host_rate() -> None:
+    # With a shared state, the gate times a host's signals fleet-wide: other processes hold their host-rate
+    # climb after one. A per-IP 429 (the IP's spacing answers for it) must not stop the fleet's rate.
+    p, gate, ft, _ = policy(True)
+    shared: list[str] = []
+    gate.signal_host = shared.append
+    ep = next(iter(gate.endpoints.values())).endpoint
+    p.ok("a", 200, gap=2.0, granted_at=ft.now)
+    p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)  # per-IP: shorter than a clean gap
+    assert shared == []
+    ft.advance(1.0)
+    other = list(gate.endpoints.values())[1].endpoint
+    p.rate_limited("a", other, 2.0, granted_at=ft.now)  # no gap known: the host
+    assert shared == ["a"]
+
+
 def answers_at_quarter_second_latency(p, gate, ft) -> None:
     """Clean answers 0.25 s after their grant, the host rate then lifted: concurrency follows the pool."""
     for _ in range(40):
@@ -397,3 +413,63 @@ def test_a_per_ip_signal_that_slows_the_pool_fits_concurrency_and_names_it_a_fit
     assert gate.host("a").delay[0] >= 2.0 and gate.host("a").limit == 2
     (_, old, new, _, evidence), = changes
     assert evidence["blame"] == PER_IP and evidence["concurrency"] == "fit"
+
+
+def test_a_rate_cut_by_another_process_is_held_under_as_this_searchs_own() -> None:
+    r = RateSearch()
+    r.follow(4.0, 0.0)  # the rate in force when this process met the host
+    assert r.starting
+    assert r.follow(3.0, 1.0)  # another process met the limit at 4 and cut to 3
+    assert not r.starting and r.bad == 4.0 and r.ceiling == 4.0 and r.changed == 1.0
+    # Held one step under the rate that failed for the hold, as after its own signal; then a probe.
+    assert r.clean(3.0, 2.0, W, math.inf, fast=False) == pytest.approx(3.0 * (1 + STEP))
+    assert r.clean(3.7, 3.0, W, math.inf, fast=False) is KEEP  # a step under 4
+    assert r.clean(3.7, 1.0 + W + 0.1, W, math.inf, fast=False) == pytest.approx(3.7 * (1 + STEP))
+    # A rate raised elsewhere only restarts the round; no change, nothing learned.
+    assert r.follow(5.0, 30.0) and r.changed == 30.0 and r.bad is None
+    assert not r.follow(5.0, 31.0) and r.changed == 30.0
+
+
+def shared_host_policies(n: int = 2):
+    """*n* throttles on one gate: a fleet whose host rate is one shared value, as through Redis."""
+    cfg = config(POLITE_ADAPTIVE=True, POLITE_RECOVERY_WINDOW=20)
+    gate, ft = make_gate(n=8, host_concurrency=cfg.host_concurrency, delay=cfg.delay)
+    return [ThrottlePolicy(cfg, gate, clock=ft.clock) for _ in range(n)], gate, ft
+
+
+def test_a_fleet_climbs_its_shared_host_rate_a_step_per_round_not_a_step_per_process() -> None:
+    (a, b), gate, ft = shared_host_policies()
+    a.ok("a", 200, gap=2.0, granted_at=ft.now)  # slow start sets the host rate
+    b.ok("a", 200, gap=2.0, granted_at=ft.now)
+    ft.advance(0.1)
+    start = gate.host("a").interval
+    assert start > 0
+    granted = ft.now
+    ft.advance(0.2)
+    a.ok("a", 200, gap=2.0, granted_at=granted)  # a step up
+    stepped = gate.host("a").interval
+    assert stepped < start
+    # b's answer was sent before a's step: it was at the old rate, and climbs nothing.
+    b.ok("a", 200, gap=2.0, granted_at=granted)
+    assert gate.host("a").interval == stepped
+    ft.advance(0.2)
+    b.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)  # sent after a's step: the fleet's next step
+    assert gate.host("a").interval < stepped
+
+
+def test_a_process_that_saw_no_429_holds_under_the_rate_another_cut_from() -> None:
+    (a, b), gate, ft = shared_host_policies()
+    ep = next(iter(gate.endpoints.values())).endpoint
+    for _ in range(6):  # both climb in slow start
+        ft.advance(0.3)
+        a.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)
+        b.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)
+    failed = 1 / gate.host("a").interval
+    ft.advance(0.3)
+    a.rate_limited("a", ep, 2.0, granted_at=ft.now - 0.1)  # no gap known: blamed on the host
+    cut = 1 / gate.host("a").interval
+    assert cut < failed
+    for _ in range(10):  # b's clean answers within the hold: a step under the failed rate at most
+        ft.advance(0.3)
+        b.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)
+        assert 1 / gate.host("a").interval < failed

@@ -144,8 +144,11 @@ class GateCore:
         return h.load if h else 0
 
     def last_signal(self, host: str) -> float:
-        """When another process last got a rate signal from *host* (never, for one process)."""
+        """When another process last got a host-wide rate signal from *host* (never, for one process)."""
         return -math.inf
+
+    def signal_host(self, host: str) -> None:
+        """A host-wide rate signal from *host*: one process's throttle knows its own, nothing to share."""
 
     def endpoint_usable(self, st: EndpointState) -> bool:
         return st.usable(self.max_failures)

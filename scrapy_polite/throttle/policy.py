@@ -185,6 +185,7 @@ class ThrottlePolicy:
         """
         gate, now = self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
+        gate.signal_host(host)
         h = gate.host(host)
         current = 1 / h.interval if h.interval > 0 else sent
         changes: list[str] = []
@@ -213,6 +214,7 @@ class ThrottlePolicy:
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
         changes: list[str] = []
+        self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now)
         if cfg.adaptive and math.isfinite(gap) and sent_at - gap >= p.spacing.changed and (
@@ -264,6 +266,8 @@ class ThrottlePolicy:
                 restore(p, kept)
             h = self.gate.host(host)
             p.rate.grants.append((now, h.grants))
+            if h.interval > 0:  # set by another process sharing the host: its answers so far were at older rates
+                p.rate.seen, p.rate.changed = 1 / h.interval, now
             cfg, limits = self.config, self.config.host_limits(host)
             if cfg.adaptive and h.interval <= 0 and limits.delay[0] > 0:
                 # Slow start: a new host begins at its concurrency at the shortest
@@ -280,6 +284,7 @@ class ThrottlePolicy:
         """
         p = self._policy(host)
         old = self._snapshot(host)
+        self._follow_fleet(p, host, now)
         p.last_signal = now
         sent = p.rate.sent_rate(self.gate.host(host).grants, now)
         p.rate.answer(False, now)
@@ -344,6 +349,7 @@ class ThrottlePolicy:
         cfg, gate = self.config, self.gate
         h = gate.host(host)
         changes: list[str] = []
+        gate.signal_host(host)
         p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
             p.recent.popleft()
@@ -364,6 +370,11 @@ class ThrottlePolicy:
         if new is not KEEP:
             changes.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
         return changes
+
+    def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
+        """Take a host-rate change another process sharing the host made as this search's own."""
+        interval = self.gate.host(host).interval
+        p.rate.follow(1 / interval if interval > 0 else None, now)
 
     def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """A clean answer sent at the current host rate: climb, or hold below the last failure."""
@@ -394,6 +405,7 @@ class ThrottlePolicy:
             interval = 0.0
         self.gate.set_host_interval(host, interval)
         p.rate.changed = now
+        p.rate.seen = 1 / interval if interval > 0 else None
         return f"host rate {_rate(old)} -> {_rate(interval)}"
 
     # -- concurrency -------------------------------------------------------------

@@ -62,7 +62,7 @@ class RateSearch:
     """One host's search for its host-wide limit."""
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
-                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional")
+                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -90,6 +90,9 @@ class RateSearch:
         #: neither means the limit moved nor counts as noise.
         self.climbed_fast = False
         self.provisional = False
+        #: The host rate (req/s, None: none) this search last set or saw in force: another
+        #: process sharing the host (``POLITE_STATE``) may have moved it since.
+        self.seen: float | None = None
 
     # -- measurements ------------------------------------------------------
 
@@ -119,6 +122,23 @@ class RateSearch:
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved))) if fast else longest
 
     # -- steps -----------------------------------------------------------------
+
+    def follow(self, rate: float | None, now: float) -> bool:
+        """The host rate in force is *rate*: when another process moved it, take its step as
+        this search's own. Answers to requests sent before then were at another rate (so the
+        fleet climbs a step per round, as one process does), and a cut means that process met
+        the limit at the rate it cut from: this one holds under it too, and its slow start is
+        over. Returns whether the rate had moved."""
+        old, self.seen = self.seen, rate
+        if rate == old:
+            return False
+        self.changed = max(self.changed, now)
+        if old is not None and rate is not None and rate < old:
+            self.good, self.fail_streak = None, 0
+            self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
+            if self.ceiling is None or old < self.ceiling:
+                self.ceiling = old
+        return True
 
     def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""

@@ -145,6 +145,11 @@ class RedisGate(GateCore):
         self._by_id: dict[str, str] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
         self._signals: dict[str, float] = {}
+        # Host rates this process set: the updates still queued, and when the last one was
+        # written, so a grant read before it cannot bring the old rate back here (the
+        # throttle takes a rate that moved as another process's step).
+        self._rates_queued: dict[str, int] = {}
+        self._rate_written: dict[str, float] = {}
         # This process's own spacing per (endpoint key, host), kept locally too, so
         # a Redis restart that loses its data cannot make this process send early.
         self._spacing: dict[tuple[str, str], float] = {}
@@ -181,8 +186,17 @@ class RedisGate(GateCore):
         return secrets.token_hex(8)
 
     def last_signal(self, host: str) -> float:
-        """When (this process's clock) any process last got a rate signal from *host*, as last seen."""
+        """When (this process's clock) any process last got a host-wide rate signal from *host*, as last seen."""
         return self._signals.get(host, -math.inf)
+
+    def signal_host(self, host: str) -> None:
+        """A host-wide rate signal from *host*: every process learns when, and holds its host-rate climb.
+
+        A per-IP signal is not one: the IP's spacing answers for it, and the host rate may climb on.
+        """
+        self._signals[host] = self._clock()
+        key = self.keys.host(host)
+        self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -242,7 +256,18 @@ class RedisGate(GateCore):
         self._hset(host, **fields)
 
     def _on_host_interval(self, host: str, seconds: float) -> None:
-        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]))
+        self._rates_queued[host] = self._rates_queued.get(host, 0) + 1
+
+        async def send() -> None:
+            await self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl])
+            self._rate_written[host] = self._clock()
+            left = self._rates_queued.get(host, 1) - 1
+            if left > 0:
+                self._rates_queued[host] = left
+            else:
+                self._rates_queued.pop(host, None)
+
+        self._op(send)
 
     def _on_host_paused(self, host: str, seconds: float) -> None:
         self._extend(self.keys.host(host), "paused_until", seconds)
@@ -350,6 +375,7 @@ class RedisGate(GateCore):
         del self._hosts[host]
         self._longest.discard(host)
         self._signals.pop(host, None)
+        self._rate_written.pop(host, None)
         self._wakeups.pop(host, None)
         self._host_evicted(host)
 
@@ -367,10 +393,6 @@ class RedisGate(GateCore):
             st.unhealthy_until = max(st.unhealthy_until, self._clock() + seconds)
             self._extend(self.keys.endpoint(ep_id), "unhealthy_until", seconds)
         else:
-            # A cooldown for one host is its rate signal: every process learns when.
-            self._signals[host] = self._clock()
-            key = self.keys.host(host)
-            self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
             self._extend(self.keys.pair(ep_id, host), "cooldown_until", seconds)
         self._kick(host)
 
@@ -563,6 +585,7 @@ class RedisGate(GateCore):
             ids = self._free_candidates(host, only=w.endpoint)
         h = self.host(host)
         u = self._rng.random()
+        asked = self._clock()
         r = redis_scripts.parse_acquire(await self._scripts["acquire"](args=redis_scripts.acquire_args(
             ids, prefix=self.keys.prefix, host=host, session=w.session or "", token=w.token, ttl=self.lease_ttl,
             endpoint_concurrency=self.endpoint_concurrency,
@@ -575,7 +598,7 @@ class RedisGate(GateCore):
         code, ep_id = r.code, r.endpoint
         now = self._clock()
         redis_now = self._seen = r.host.now
-        self._mirror(h, host, r.host, now)
+        self._mirror(h, host, r.host, now, asked)
         if r.signal:
             self._signals[host] = max(self._signals.get(host, -math.inf), now - (redis_now - float(r.signal)))
         self._mirror_health(r.health, redis_now, now)
@@ -632,13 +655,14 @@ class RedisGate(GateCore):
             if usable and not self.endpoint_usable(st):
                 self._after_health_change(key)
 
-    def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float) -> None:
-        """Refresh the throttle's view of *host* from the shared values."""
+    def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float, asked: float) -> None:
+        """Refresh the throttle's view of *host* from the shared values (read when *asked*)."""
         h.limit = state.limit
         h.delay = (state.lo, state.hi)
         h.min_delay = state.min_delay
         self._longest.set(host, h.longest_spacing())
-        h.interval = state.interval
+        if host not in self._rates_queued and asked > self._rate_written.get(host, -math.inf):
+            h.interval = state.interval
         h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
         h.grants = state.grants
 
