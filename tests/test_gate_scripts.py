@@ -28,3 +28,20 @@ def test_acquire_arguments_are_checked_by_name_and_the_reply_is_named() -> None:
     assert reply.code == "host_full" and reply.at == 12.5
     assert reply.host.limit == 2 and reply.host.inflight == 2 and reply.host.grants == 7
     assert reply.host.gap == -1.0 and scripts.finite(reply.host.slack) == float("inf")
+
+
+def test_a_read_older_than_this_processs_change_is_not_mirrored() -> None:
+    from scrapy_polite.gate.redis.fence import WriteFence
+
+    f = WriteFence()
+    assert f.fresh("h", "interval", 0.0)  # nothing changed here: every read counts
+    f.queued("h", ["lo", "hi"])
+    f.queued("h", ["lo", "hi"])
+    assert not f.fresh("h", "lo", 5.0) and f.fresh("h", "interval", 5.0)
+    f.written("h", ["lo", "hi"], 6.0)
+    assert not f.fresh("h", "lo", 7.0)  # one update still queued
+    f.written("h", ["lo", "hi"], 8.0)
+    assert not f.fresh("h", "lo", 7.5)  # read before the last update was sent
+    assert f.fresh("h", "lo", 8.5) and f.fresh("h", "hi", 8.5)
+    f.forget("h")
+    assert f.fresh("h", "lo", 0.0) and f._queued == {} and f._written == {}

@@ -473,3 +473,34 @@ def test_a_process_that_saw_no_429_holds_under_the_rate_another_cut_from() -> No
         ft.advance(0.3)
         b.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)
         assert 1 / gate.host("a").interval < failed
+
+
+def test_a_spacing_raised_by_another_process_is_a_floor_here_and_a_move_restarts_the_step() -> None:
+    s = SpacingEstimator()
+    s.follow((0.8, 1.6), 0.0)  # the band in force when this process met the host
+    assert s.bad_gap == 0.0 and s.changed == -math.inf
+    assert not s.follow((0.8 * (1 + 1e-13), 1.6), 1.0)  # the same band, as Redis's scripts round it
+    assert s.follow((0.6, 0.7), 2.0) and s.changed == 2.0 and s.bad_gap == 0.0  # narrowed elsewhere
+    assert s.follow((1.05, 1.1), 3.0) and s.changed == 3.0  # raised elsewhere: a limit met under 1.05
+    assert s.floor(0.3) == pytest.approx(1.05)
+    assert s.narrowed((1.05, 1.1), s.floor(0.3), 4.0) is None
+
+
+def test_a_rate_is_the_same_rate_as_redis_rounds_it() -> None:
+    r = RateSearch()
+    r.follow(4.0, 0.0)
+    assert not r.follow(4.0 * (1 - 1e-13), 1.0) and r.bad is None and r.changed == 0.0
+
+
+def test_a_fleet_narrows_its_shared_spacing_a_step_per_spacing_not_a_step_per_process() -> None:
+    (a, b), gate, ft = shared_host_policies()
+    for pol in (a, b):
+        pol.ok("a", 200, gap=5.0, granted_at=ft.now)
+    ft.advance(2.0)
+    band = gate.host("a").delay
+    a.ok("a", 200, gap=1.0, granted_at=ft.now - 0.1)  # a gap wholly drawn from the current band: a step
+    narrowed = gate.host("a").delay
+    assert narrowed[0] < band[0]
+    # b's gap was drawn (partly) from the band before a's step: nothing.
+    b.ok("a", 200, gap=1.0, granted_at=ft.now - 0.1)
+    assert gate.host("a").delay == narrowed

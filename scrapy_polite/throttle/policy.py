@@ -266,9 +266,13 @@ class ThrottlePolicy:
                 restore(p, kept)
             h = self.gate.host(host)
             p.rate.grants.append((now, h.grants))
-            if h.interval > 0:  # set by another process sharing the host: its answers so far were at older rates
-                p.rate.seen, p.rate.changed = 1 / h.interval, now
             cfg, limits = self.config, self.config.host_limits(host)
+            # Values another process sharing the host set: this one's answers so far were at older ones.
+            p.spacing.seen = h.delay
+            if h.delay != limits.delay:
+                p.spacing.changed = now
+            if h.interval > 0:
+                p.rate.seen, p.rate.changed = 1 / h.interval, now
             if cfg.adaptive and h.interval <= 0 and limits.delay[0] > 0:
                 # Slow start: a new host begins at its concurrency at the shortest
                 # spacing, and climbs from there while its answers stay clean.
@@ -325,8 +329,12 @@ class ThrottlePolicy:
                                 reach=not probe)
         if band is None:
             return []
-        self.gate.set_host_delay(host, band)
+        self._set_delay(p, host, band)
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
+
+    def _set_delay(self, p: _HostPolicy, host: str, band: tuple[float, float]) -> None:
+        self.gate.set_host_delay(host, band)
+        p.spacing.seen = band
 
     def _spacing_floor(self, p: _HostPolicy, host: str) -> float:
         cfg, low = self.config, self.config.host_limits(host).delay[0]
@@ -337,7 +345,7 @@ class ThrottlePolicy:
         band = p.spacing.narrowed(self.gate.host(host).delay, self._spacing_floor(p, host), now)
         if band is None:
             return []
-        self.gate.set_host_delay(host, band)
+        self._set_delay(p, host, band)
         return ["clean answer: spacing narrowed"]
 
     # -- host rate (host-wide caps) ------------------------------------------
@@ -372,9 +380,10 @@ class ThrottlePolicy:
         return changes
 
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
-        """Take a host-rate change another process sharing the host made as this search's own."""
-        interval = self.gate.host(host).interval
-        p.rate.follow(1 / interval if interval > 0 else None, now)
+        """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
+        h = self.gate.host(host)
+        p.rate.follow(1 / h.interval if h.interval > 0 else None, now)
+        p.spacing.follow(h.delay, now)
 
     def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """A clean answer sent at the current host rate: climb, or hold below the last failure."""
@@ -467,7 +476,7 @@ class ThrottlePolicy:
         if not cfg.adaptive:
             band = p.spacing.restored(h.delay, base.delay, self._spacing_floor(p, host))
             if band is not None:
-                self.gate.set_host_delay(host, band)
+                self._set_delay(p, host, band)
                 changes.append("clean window: spacing " + ("restored" if band == base.delay else "narrowed"))
         return changes
 

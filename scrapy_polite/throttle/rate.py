@@ -39,6 +39,10 @@ HOLD_FIRST = 3.0
 RUN = 0.4
 
 
+#: Rates closer than this (relative) are one rate: Redis's scripts round what they store.
+SAME = 1e-9
+
+
 class _Keep:
     def __repr__(self) -> str:
         return "KEEP"
@@ -129,9 +133,10 @@ class RateSearch:
         fleet climbs a step per round, as one process does), and a cut means that process met
         the limit at the rate it cut from: this one holds under it too, and its slow start is
         over. Returns whether the rate had moved."""
-        old, self.seen = self.seen, rate
-        if rate == old:
-            return False
+        old = self.seen
+        if rate == old or (rate is not None and old is not None and math.isclose(rate, old, rel_tol=SAME)):
+            return False  # the same rate, as Redis rounds it
+        self.seen = rate
         self.changed = max(self.changed, now)
         if old is not None and rate is not None and rate < old:
             self.good, self.fail_streak = None, 0

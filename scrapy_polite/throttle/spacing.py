@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from scrapy_polite.throttle.rate import SAME
+
 #: A per-IP signal puts the spacing band this share above the gap that drew it;
 #: a shorter clean gap within ``REACH`` above it is taken instead.
 MARGIN = 0.05
@@ -30,13 +32,33 @@ Band = tuple[float, float]
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
-    __slots__ = ("bad_gap", "changed", "clean_gaps")
+    __slots__ = ("bad_gap", "changed", "clean_gaps", "seen")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
         self.changed = -math.inf
         #: Clean answers' gaps over the last window, (time, gap), gaps increasing.
         self.clean_gaps: deque[tuple[float, float]] = deque()
+        #: The band this estimator last set or saw in force: another process sharing the
+        #: host (``POLITE_STATE``) may have moved it since.
+        self.seen: Band | None = None
+
+    def follow(self, band: Band, now: float) -> bool:
+        """The band in force is *band*: when another process moved it, take its step as this
+        estimator's own. Gaps drawn from the older band narrow nothing (so a fleet narrows a
+        step per spacing, as one process does), and a raise means that process met the limit
+        just under the new band: this one does not narrow below it either. Returns whether
+        the band had moved."""
+        old = self.seen
+        if old is not None and all(math.isclose(a, b, rel_tol=SAME) for a, b in zip(band, old)):
+            return False  # the same band, as Redis rounds it
+        self.seen = band
+        if old is None:
+            return False
+        self.changed = max(self.changed, now)
+        if band[0] > old[0]:
+            self.bad_gap = max(self.bad_gap, band[0] / (1 + MARGIN))
+        return True
 
     def clean(self, gap: float, now: float, window: float) -> None:
         if math.isfinite(gap):

@@ -26,6 +26,7 @@ from scrapy_polite.errors import SpiderClosing
 from scrapy_polite.gate.backoff import PAIR_MEMORY, RETRY_BACKOFF, Retry, draw_spacing
 from scrapy_polite.gate.core import GateCore
 from scrapy_polite.gate.redis import scripts as redis_scripts
+from scrapy_polite.gate.redis.fence import WriteFence
 from scrapy_polite.gate.redis.state import Keys, async_client, endpoint_id, import_redis, mask_url
 from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter, lost_message
 from scrapy_polite.pool.endpoints import Endpoint
@@ -145,11 +146,10 @@ class RedisGate(GateCore):
         self._by_id: dict[str, str] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
         self._signals: dict[str, float] = {}
-        # Host rates this process set: the updates still queued, and when the last one was
-        # written, so a grant read before it cannot bring the old rate back here (the
-        # throttle takes a rate that moved as another process's step).
-        self._rates_queued: dict[str, int] = {}
-        self._rate_written: dict[str, float] = {}
+        # The host values this process changed, so a grant read before a change reached Redis
+        # cannot bring the old value back here (the throttle takes a value that moved as
+        # another process's step).
+        self._fence = WriteFence()
         # This process's own spacing per (endpoint key, host), kept locally too, so
         # a Redis restart that loses its data cannot make this process send early.
         self._spacing: dict[tuple[str, str], float] = {}
@@ -162,7 +162,7 @@ class RedisGate(GateCore):
         self._wakeups: dict[str, asyncio.Event] = {}
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
-        self._ops: asyncio.Queue[Callable[[], Coroutine[Any, Any, Any]]] | None = None
+        self._ops: asyncio.Queue[tuple[Callable[[], Coroutine[Any, Any, Any]], Callable[[], None] | None]] | None = None
         self._tasks: list[asyncio.Future[None]] = []
         self._stopped = False
         # Set when this gate stops talking to Redis; background loops end on it, since
@@ -256,18 +256,9 @@ class RedisGate(GateCore):
         self._hset(host, **fields)
 
     def _on_host_interval(self, host: str, seconds: float) -> None:
-        self._rates_queued[host] = self._rates_queued.get(host, 0) + 1
-
-        async def send() -> None:
-            await self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl])
-            self._rate_written[host] = self._clock()
-            left = self._rates_queued.get(host, 1) - 1
-            if left > 0:
-                self._rates_queued[host] = left
-            else:
-                self._rates_queued.pop(host, None)
-
-        self._op(send)
+        self._fence.queued(host, ("interval",))
+        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]),
+                 lambda: self._fence.written(host, ("interval",), self._clock()))
 
     def _on_host_paused(self, host: str, seconds: float) -> None:
         self._extend(self.keys.host(host), "paused_until", seconds)
@@ -375,7 +366,7 @@ class RedisGate(GateCore):
         del self._hosts[host]
         self._longest.discard(host)
         self._signals.pop(host, None)
-        self._rate_written.pop(host, None)
+        self._fence.forget(host)
         self._wakeups.pop(host, None)
         self._host_evicted(host)
 
@@ -657,11 +648,15 @@ class RedisGate(GateCore):
 
     def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float, asked: float) -> None:
         """Refresh the throttle's view of *host* from the shared values (read when *asked*)."""
-        h.limit = state.limit
-        h.delay = (state.lo, state.hi)
-        h.min_delay = state.min_delay
+        fresh = self._fence.fresh
+        if fresh(host, "limit", asked):
+            h.limit = state.limit
+        if fresh(host, "lo", asked) and fresh(host, "hi", asked):
+            h.delay = (state.lo, state.hi)
+        if fresh(host, "min_delay", asked):
+            h.min_delay = state.min_delay
         self._longest.set(host, h.longest_spacing())
-        if host not in self._rates_queued and asked > self._rate_written.get(host, -math.inf):
+        if fresh(host, "interval", asked):
             h.interval = state.interval
         h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
         h.grants = state.grants
@@ -682,15 +677,18 @@ class RedisGate(GateCore):
 
     # -- background: ordered updates, renewals, outages --------------------
 
-    def _op(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        """Queue a shared-state update; updates are sent one by one, in order."""
+    def _op(self, make: Callable[[], Coroutine[Any, Any, Any]], done: Callable[[], None] | None = None) -> None:
+        """Queue a shared-state update; updates are sent one by one, in order (*done*: called
+        once the update is sent, or given up)."""
         if self._ops is None:
             self.start()
         if self._ops is not None:
-            self._ops.put_nowait(make)
+            self._ops.put_nowait((make, done))
 
     def _hset(self, host: str, **fields: float) -> None:
         key = self.keys.host(host)
+        names = tuple(fields)
+        self._fence.queued(host, names)
 
         async def send() -> None:
             pipe = self._client.pipeline(transaction=True)
@@ -698,7 +696,7 @@ class RedisGate(GateCore):
             pipe.expire(key, math.ceil(self.host_ttl))
             await pipe.execute()
 
-        self._op(send)
+        self._op(send, lambda: self._fence.written(host, names, self._clock()))
 
     def _extend(self, key: str, field_name: str, seconds: float) -> None:
         self._op(lambda: self._scripts["extend"](args=[key, field_name, seconds]))
@@ -707,7 +705,7 @@ class RedisGate(GateCore):
         assert self._ops is not None
         backoff = Retry()
         while not self._halted:
-            make = await self._ops.get()
+            make, done = await self._ops.get()
             try:
                 while True:
                     try:
@@ -722,6 +720,8 @@ class RedisGate(GateCore):
             except Exception:
                 logger.exception("scrapy-polite: shared-state update failed and was dropped")
             finally:
+                if done is not None:
+                    done()
                 self._ops.task_done()
 
     async def _run_renewals(self) -> None:
