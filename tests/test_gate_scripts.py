@@ -35,13 +35,14 @@ def test_a_read_older_than_this_processs_change_is_not_mirrored() -> None:
 
     f = WriteFence()
     assert f.fresh("h", "interval", 0.0)  # nothing changed here: every read counts
-    f.queued("h", ["lo", "hi"])
-    f.queued("h", ["lo", "hi"])
+    f.queued("h", ["lo", "hi"], 4.0)
+    f.queued("h", ["lo", "hi"], 4.5)
     assert not f.fresh("h", "lo", 5.0) and f.fresh("h", "interval", 5.0)
+    assert f.missed("h", "lo", 5.0) == 4.5 and f.missed("h", "interval", 5.0) is None
     f.written("h", ["lo", "hi"], 6.0)
     assert not f.fresh("h", "lo", 7.0)  # one update still queued
     f.written("h", ["lo", "hi"], 8.0)
     assert not f.fresh("h", "lo", 7.5)  # read before the last update was sent
-    assert f.fresh("h", "lo", 8.5) and f.fresh("h", "hi", 8.5)
+    assert f.fresh("h", "lo", 8.5) and f.fresh("h", "hi", 8.5) and f.missed("h", "lo", 8.5) is None
     f.forget("h")
-    assert f.fresh("h", "lo", 0.0) and f._queued == {} and f._written == {}
+    assert f.fresh("h", "lo", 0.0) and f._queued == {} and f._written == {} and f._changed == {}

@@ -413,7 +413,8 @@ class ThrottlePolicy:
         if interval < MIN_INTERVAL:
             interval = 0.0
         self.gate.set_host_interval(host, interval)
-        p.rate.changed = now
+        # From the moment the gate has it (a shared gate dates a grant read before then earlier).
+        p.rate.changed = max(now, self.clock())
         p.rate.seen = 1 / interval if interval > 0 else None
         return f"host rate {_rate(old)} -> {_rate(interval)}"
 

@@ -256,7 +256,7 @@ class RedisGate(GateCore):
         self._hset(host, **fields)
 
     def _on_host_interval(self, host: str, seconds: float) -> None:
-        self._fence.queued(host, ("interval",))
+        self._fence.queued(host, ("interval",), self._clock())
         self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]),
                  lambda: self._fence.written(host, ("interval",), self._clock()))
 
@@ -614,8 +614,13 @@ class RedisGate(GateCore):
                         self._session_lost(w, f"session {w.session!r} is pinned to an endpoint missing here")
                 return "refused", 0.0
             self._order.move_to_end(key)
-            self._grant(w, self._endpoints[key], h, now, redis_scripts.finite(r.host.gap),
-                        redis_scripts.finite(r.host.slack))
+            lease = self._grant(w, self._endpoints[key], h, now, redis_scripts.finite(r.host.gap),
+                                redis_scripts.finite(r.host.slack))
+            changed = self._fence.missed(host, "interval", asked)
+            if changed is not None:
+                # Granted under the host rate before this process changed it: the throttle
+                # counts its answer as one of the old rate, as a request sent before the change.
+                lease.granted_at = min(lease.granted_at, changed - 1e-6)
             # The same spacing the script drew, from the same band and the same u.
             until = self._spacing[(key, host)] = now + draw_spacing(u, h.delay, h.min_delay)
             heapq.heappush(self._spacing_due, (until, key, host))
@@ -688,7 +693,7 @@ class RedisGate(GateCore):
     def _hset(self, host: str, **fields: float) -> None:
         key = self.keys.host(host)
         names = tuple(fields)
-        self._fence.queued(host, names)
+        self._fence.queued(host, names, self._clock())
 
         async def send() -> None:
             pipe = self._client.pipeline(transaction=True)

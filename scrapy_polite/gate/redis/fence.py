@@ -14,19 +14,22 @@ from collections.abc import Iterable
 
 
 class WriteFence:
-    """Per host and value: updates still queued, and when the last one was sent."""
+    """Per host and value: updates still queued, when the last one was made, and when sent."""
 
-    __slots__ = ("_queued", "_written")
+    __slots__ = ("_changed", "_queued", "_written")
 
     def __init__(self) -> None:
         self._queued: dict[str, dict[str, int]] = {}
+        self._changed: dict[str, dict[str, float]] = {}
         self._written: dict[str, dict[str, float]] = {}
 
-    def queued(self, host: str, names: Iterable[str]) -> None:
-        """Updates of *names* for *host* were queued."""
+    def queued(self, host: str, names: Iterable[str], now: float) -> None:
+        """Updates of *names* for *host*, made at *now*, were queued."""
         counts = self._queued.setdefault(host, {})
+        changed = self._changed.setdefault(host, {})
         for name in names:
             counts[name] = counts.get(name, 0) + 1
+            changed[name] = now
 
     def written(self, host: str, names: Iterable[str], now: float) -> None:
         """One queued update of *names* is done (sent, or given up) at *now*."""
@@ -48,6 +51,14 @@ class WriteFence:
             return False
         return asked > self._written.get(host, {}).get(name, -math.inf)
 
+    def missed(self, host: str, name: str, asked: float) -> float | None:
+        """When this process last changed *host*'s *name*, if a read made at *asked* may predate
+        that change (``None``: it cannot). A grant made on such a read was made under the old value."""
+        if self.fresh(host, name, asked):
+            return None
+        return self._changed.get(host, {}).get(name)
+
     def forget(self, host: str) -> None:
         """*host* was evicted here: nothing of it is kept (its queued updates still count down)."""
         self._written.pop(host, None)
+        self._changed.pop(host, None)
