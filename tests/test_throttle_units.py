@@ -165,6 +165,19 @@ def test_a_wide_burst_with_no_host_rate_steps_under_the_limit_found_before() -> 
     assert r.limited(Signal(None, 5.0, True, 0.5), 30.0) == pytest.approx(3.025 / 1.1)  # never above the ceiling
 
 
+def test_a_first_burst_sets_no_hold_and_the_first_failure_at_a_set_rate_does() -> None:
+    r = RateSearch()
+    assert r.limited(Signal(None, 4.0, True, 0.5), 0.0) == pytest.approx(2.0)  # a cold burst: half what was sent
+    r.changed = 0.0
+    # Climbing to and past the burst's 4 req/s, with no wait: the burst's rate found no limit.
+    assert r.clean(3.8, 1.0, W, math.inf, fast=False) == pytest.approx(3.8 * (1 + STEP))
+    assert r.clean(4.2, 1.5, W, math.inf, fast=False) == pytest.approx(4.2 * (1 + STEP))
+    r.limited(Signal(4.6, 4.6, False, 0.5), 2.0)  # a 429 at a rate in force: the limit
+    r.changed = 2.0
+    assert r.clean(4.2, 3.0, W, math.inf, fast=False) is KEEP  # held one step under it for the window
+    assert r.clean(4.2, 2.0 + W + 0.1, W, math.inf, fast=False) == pytest.approx(4.2 * (1 + STEP))
+
+
 def test_rate_past_what_the_pool_can_send_is_dropped() -> None:
     assert RateSearch().clean(10.0, 0.0, W, 8.0) is None
 

@@ -209,11 +209,16 @@ class RateSearch:
         if self.bad is None and fleet_held:
             return KEEP  # another process sharing the host rate just stepped it down
         if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
-            if now - self.changed < hold:
+            if not self.bad_found and self.ceiling is None:
+                # Only a burst sent with no host rate failed there: a first burst goes out
+                # faster than its measured rate, which says nothing of the limit. Climb on.
+                self.bad = None
+            elif now - self.changed < hold:
                 return KEEP  # hold one step below the rate that failed
-            self.bad = None  # then probe past it: limits move
-            self.forgiven = False
-            self.probing = True
+            else:
+                self.bad = None  # then probe past it: limits move
+                self.forgiven = False
+                self.probing = True
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
