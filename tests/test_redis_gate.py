@@ -533,7 +533,10 @@ async def test_a_host_rate_set_here_is_not_undone_by_a_grant_read_before_it_was_
     b.release(lease)
     b.set_host_interval("h", 0.06)  # and moves it: a sees the move at its next grant
     await settle()
+    asked = time.monotonic()
     lease, _ = await granted(a.acquire("h"))
     assert a.host("h").interval == 0.06
+    # In force here from that read on: the grant it came with was made under it.
+    assert asked <= a.host("h").interval_since <= lease.granted_at
     a.release(lease)
     await stop(a, b)

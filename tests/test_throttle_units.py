@@ -517,3 +517,19 @@ def test_a_fleet_narrows_its_shared_spacing_a_step_per_spacing_not_a_step_per_pr
     # b's gap was drawn (partly) from the band before a's step: nothing.
     b.ok("a", 200, gap=1.0, granted_at=ft.now - 0.1)
     assert gate.host("a").delay == narrowed
+
+
+def test_an_answer_granted_under_a_rate_another_process_set_climbs_from_it() -> None:
+    # Four processes each see every fourth answer: if a rate moved elsewhere counted only from when
+    # this process noticed it, the fleet would climb a step per four answers, not per answer.
+    (a, b), gate, ft = shared_host_policies()
+    a.ok("a", 200, gap=2.0, granted_at=ft.now)
+    b.ok("a", 200, gap=2.0, granted_at=ft.now)
+    ft.advance(0.3)
+    a.ok("a", 200, gap=2.0, granted_at=ft.now - 0.1)  # a steps the shared rate
+    stepped = gate.host("a").interval
+    ft.advance(0.1)
+    granted = ft.now  # b's request goes under a's new rate
+    ft.advance(0.5)
+    b.ok("a", 200, gap=2.0, granted_at=granted)  # b's first look at the new rate
+    assert gate.host("a").interval < stepped

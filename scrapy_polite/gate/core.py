@@ -203,6 +203,7 @@ class GateCore:
     def set_host_delay(self, host: str, delay: tuple[float, float]) -> None:
         h = self.host(host)
         h.delay = delay
+        h.delay_since = self._clock()
         self._on_host_setting(host, h, lo=delay[0], hi=delay[1])
 
     def set_host_min_delay(self, host: str, seconds: float) -> None:
@@ -215,6 +216,7 @@ class GateCore:
         # The next start moves by the difference, so a raised rate applies at once.
         h.next_start += seconds - h.interval
         h.interval = seconds
+        h.interval_since = self._clock()
         self._on_host_interval(host, seconds)
         self._kick(host)
 

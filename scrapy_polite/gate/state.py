@@ -79,6 +79,16 @@ class EndpointState:
         return "cooling" if self.unhealthy_until > now else "healthy"
 
 
+#: Values closer than this (relative) are one value: the Redis scripts round what they
+#: store to 14 digits.
+SAME = 1e-9
+
+
+def same(a: Iterable[float], b: Iterable[float]) -> bool:
+    """The same values, as a shared state rounds them."""
+    return all(math.isclose(x, y, rel_tol=SAME) for x, y in zip(a, b, strict=True))
+
+
 @dataclass(slots=True)
 class HostState:
     limit: int
@@ -93,6 +103,11 @@ class HostState:
     #: Requests granted to the host so far (by every process, for a shared gate):
     #: the throttle measures the rate actually sent from it.
     grants: int = 0
+    #: Since when this process has had the current spacing band and host interval in force
+    #: (set here, or first read from a shared state): the throttle counts an answer toward a
+    #: value only if its request was granted under it.
+    delay_since: float = -math.inf
+    interval_since: float = -math.inf
     waiters: deque[Waiter] = field(default_factory=deque, repr=False)
 
     @property

@@ -270,9 +270,9 @@ class ThrottlePolicy:
             # Values another process sharing the host set: this one's answers so far were at older ones.
             p.spacing.seen = h.delay
             if h.delay != limits.delay:
-                p.spacing.changed = now
+                p.spacing.changed = min(now, h.delay_since)
             if h.interval > 0:
-                p.rate.seen, p.rate.changed = 1 / h.interval, now
+                p.rate.seen, p.rate.changed = 1 / h.interval, min(now, h.interval_since)
             if cfg.adaptive and h.interval <= 0 and limits.delay[0] > 0:
                 # Slow start: a new host begins at its concurrency at the shortest
                 # spacing, and climbs from there while its answers stay clean.
@@ -382,8 +382,8 @@ class ThrottlePolicy:
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
         """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
         h = self.gate.host(host)
-        p.rate.follow(1 / h.interval if h.interval > 0 else None, now)
-        p.spacing.follow(h.delay, now)
+        p.rate.follow(1 / h.interval if h.interval > 0 else None, min(now, h.interval_since))
+        p.spacing.follow(h.delay, min(now, h.delay_since))
 
     def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """A clean answer sent at the current host rate: climb, or hold below the last failure."""

@@ -13,6 +13,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from scrapy_polite.gate.state import same
+
 #: Each clean answer sent at the current host rate raises it by this share; a
 #: host holds one step below the rate that last failed.
 STEP = 0.1
@@ -37,10 +39,6 @@ HOLD_FIRST = 3.0
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
-
-
-#: Rates closer than this (relative) are one rate: Redis's scripts round what they store.
-SAME = 1e-9
 
 
 class _Keep:
@@ -127,17 +125,17 @@ class RateSearch:
 
     # -- steps -----------------------------------------------------------------
 
-    def follow(self, rate: float | None, now: float) -> bool:
-        """The host rate in force is *rate*: when another process moved it, take its step as
-        this search's own. Answers to requests sent before then were at another rate (so the
-        fleet climbs a step per round, as one process does), and a cut means that process met
-        the limit at the rate it cut from: this one holds under it too, and its slow start is
-        over. Returns whether the rate had moved."""
+    def follow(self, rate: float | None, since: float) -> bool:
+        """The host rate in force is *rate*, in force here *since* then: when another process
+        moved it, take its step as this search's own. Answers to requests sent before then were
+        at another rate (so a fleet climbs a step per round, as one process does), and a cut
+        means that process met the limit at the rate it cut from: this one holds under it too,
+        and its slow start is over. Returns whether the rate had moved."""
         old = self.seen
-        if rate == old or (rate is not None and old is not None and math.isclose(rate, old, rel_tol=SAME)):
+        if rate == old or (rate is not None and old is not None and same((rate,), (old,))):
             return False  # the same rate, as Redis rounds it
         self.seen = rate
-        self.changed = max(self.changed, now)
+        self.changed = max(self.changed, since)
         if old is not None and rate is not None and rate < old:
             self.good, self.fail_streak = None, 0
             self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from scrapy_polite.throttle.rate import SAME
+from scrapy_polite.gate.state import same
 
 #: A per-IP signal puts the spacing band this share above the gap that drew it;
 #: a shorter clean gap within ``REACH`` above it is taken instead.
@@ -43,19 +43,19 @@ class SpacingEstimator:
         #: host (``POLITE_STATE``) may have moved it since.
         self.seen: Band | None = None
 
-    def follow(self, band: Band, now: float) -> bool:
-        """The band in force is *band*: when another process moved it, take its step as this
-        estimator's own. Gaps drawn from the older band narrow nothing (so a fleet narrows a
-        step per spacing, as one process does), and a raise means that process met the limit
-        just under the new band: this one does not narrow below it either. Returns whether
-        the band had moved."""
+    def follow(self, band: Band, since: float) -> bool:
+        """The band in force is *band*, in force here *since* then: when another process moved
+        it, take its step as this estimator's own. Gaps drawn from the older band narrow nothing
+        (so a fleet narrows a step per spacing, as one process does), and a raise means that
+        process met the limit just under the new band: this one does not narrow below it
+        either. Returns whether the band had moved."""
         old = self.seen
-        if old is not None and all(math.isclose(a, b, rel_tol=SAME) for a, b in zip(band, old)):
+        if old is not None and same(band, old):
             return False  # the same band, as Redis rounds it
         self.seen = band
         if old is None:
             return False
-        self.changed = max(self.changed, now)
+        self.changed = max(self.changed, since)
         if band[0] > old[0]:
             self.bad_gap = max(self.bad_gap, band[0] / (1 + MARGIN))
         return True

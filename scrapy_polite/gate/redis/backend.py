@@ -28,7 +28,7 @@ from scrapy_polite.gate.core import GateCore
 from scrapy_polite.gate.redis import scripts as redis_scripts
 from scrapy_polite.gate.redis.fence import WriteFence
 from scrapy_polite.gate.redis.state import Keys, async_client, endpoint_id, import_redis, mask_url
-from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter, lost_message
+from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter, lost_message, same
 from scrapy_polite.pool.endpoints import Endpoint
 from scrapy_polite.settings.config import HOST_TTL, PIN_TTL
 
@@ -657,11 +657,15 @@ class RedisGate(GateCore):
         if fresh(host, "limit", asked):
             h.limit = state.limit
         if fresh(host, "lo", asked) and fresh(host, "hi", asked):
+            if not same(h.delay, (state.lo, state.hi)):
+                h.delay_since = asked  # moved by another process: in force here from this read on
             h.delay = (state.lo, state.hi)
         if fresh(host, "min_delay", asked):
             h.min_delay = state.min_delay
         self._longest.set(host, h.longest_spacing())
         if fresh(host, "interval", asked):
+            if not same((h.interval,), (state.interval,)):
+                h.interval_since = asked
             h.interval = state.interval
         h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
         h.grants = state.grants
@@ -805,4 +809,3 @@ class RedisGate(GateCore):
             self._outage_reported = False
             self._kick()
         backoff.reset()
-
