@@ -46,3 +46,8 @@ def test_a_read_older_than_this_processs_change_is_not_mirrored() -> None:
     assert f.fresh("h", "lo", 8.5) and f.fresh("h", "hi", 8.5) and f.missed("h", "lo", 8.5) is None
     f.forget("h")
     assert f.fresh("h", "lo", 0.0) and f._queued == {} and f._written == {} and f._changed == {}
+    f.queued("g", ["interval"], 9.0)
+    f.forget("g")  # evicted with an update still queued
+    assert not f.fresh("g", "interval", 9.5)
+    f.written("g", ["interval"], 10.0)
+    assert f._queued == {} and f._written == {} and f._changed == {}

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from scrapy_polite.gate.state import same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
@@ -269,7 +270,7 @@ class ThrottlePolicy:
             cfg, limits = self.config, self.config.host_limits(host)
             # Values another process sharing the host set: this one's answers so far were at older ones.
             p.spacing.seen = h.delay
-            if h.delay != limits.delay:
+            if not same(h.delay, limits.delay):
                 p.spacing.changed = min(now, h.delay_since)
             if h.interval > 0:
                 p.rate.seen, p.rate.changed = 1 / h.interval, min(now, h.interval_since)

@@ -50,7 +50,7 @@ class SpacingEstimator:
         process met the limit just under the new band: this one does not narrow below it
         either. Returns whether the band had moved."""
         old = self.seen
-        if old is not None and same(band, old):
+        if old is not None and (band == old or same(band, old)):
             return False  # the same band, as Redis rounds it
         self.seen = band
         if old is None:

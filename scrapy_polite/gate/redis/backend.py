@@ -256,9 +256,8 @@ class RedisGate(GateCore):
         self._hset(host, **fields)
 
     def _on_host_interval(self, host: str, seconds: float) -> None:
-        self._fence.queued(host, ("interval",), self._clock())
-        self._op(lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]),
-                 lambda: self._fence.written(host, ("interval",), self._clock()))
+        self._host_op(host, ("interval",),
+                      lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]))
 
     def _on_host_paused(self, host: str, seconds: float) -> None:
         self._extend(self.keys.host(host), "paused_until", seconds)
@@ -694,10 +693,13 @@ class RedisGate(GateCore):
         if self._ops is not None:
             self._ops.put_nowait((make, done))
 
+    def _host_op(self, host: str, names: tuple[str, ...], make: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """Queue an update of *host*'s values *names*, fenced until it is sent (see ``WriteFence``)."""
+        self._fence.queued(host, names, self._clock())
+        self._op(make, lambda: self._fence.written(host, names, self._clock()))
+
     def _hset(self, host: str, **fields: float) -> None:
         key = self.keys.host(host)
-        names = tuple(fields)
-        self._fence.queued(host, names, self._clock())
 
         async def send() -> None:
             pipe = self._client.pipeline(transaction=True)
@@ -705,7 +707,7 @@ class RedisGate(GateCore):
             pipe.expire(key, math.ceil(self.host_ttl))
             await pipe.execute()
 
-        self._op(send, lambda: self._fence.written(host, names, self._clock()))
+        self._host_op(host, tuple(fields), send)
 
     def _extend(self, key: str, field_name: str, seconds: float) -> None:
         self._op(lambda: self._scripts["extend"](args=[key, field_name, seconds]))

@@ -34,7 +34,8 @@ class WriteFence:
     def written(self, host: str, names: Iterable[str], now: float) -> None:
         """One queued update of *names* is done (sent, or given up) at *now*."""
         counts = self._queued.get(host, {})
-        times = self._written.setdefault(host, {})
+        # A host forgotten meanwhile (and not changed since) keeps no time: nothing of it stays.
+        times = self._written.setdefault(host, {}) if host in self._changed else {}
         for name in names:
             times[name] = now
             left = counts.get(name, 0) - 1
@@ -59,6 +60,7 @@ class WriteFence:
         return self._changed.get(host, {}).get(name)
 
     def forget(self, host: str) -> None:
-        """*host* was evicted here: nothing of it is kept (its queued updates still count down)."""
+        """*host* was evicted here: nothing of it is kept (its queued updates still count down,
+        and leave nothing once done)."""
         self._written.pop(host, None)
         self._changed.pop(host, None)
