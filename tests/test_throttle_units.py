@@ -123,6 +123,17 @@ def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
     assert r.limited(Signal(6.0, 6.0, False, 0.5)) == pytest.approx(max(3.0, 6.0 * 6 / 12))
 
 
+def test_a_climbs_window_says_nothing_of_what_the_host_accepts_at_its_top() -> None:
+    r = RateSearch()
+    for i in range(12):
+        r.answer(i % 4 != 0, i * 0.25)  # 3 of 12 failed
+    assert r.accepted(6.0, 6.24) == pytest.approx(6.0 * 0.75)  # sent near the rate in force
+    assert r.accepted(4.4, 6.24) is None  # sent well under it: the rate climbed through the window
+    # A cut from the top of a climb steps down from the clean rate, not to the window's share.
+    r.clean(5.68, 3.0, W, math.inf)
+    assert r.limited(Signal(6.24, 4.4, False, 0.5), 3.1) == pytest.approx(5.68)
+
+
 def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_move() -> None:
     # 2.5 -> 3.125 -> 3.9 req/s against a 3 req/s cap: 3.9 fails, then 3.125.
     r = RateSearch()
@@ -246,7 +257,17 @@ def test_without_a_known_gap_the_host_is_blamed_and_without_clean_gaps_the_slack
     a = Attribution()
     assert a.decide("e1", math.inf, math.inf, 2.0, 3.0, 0.0, W).blame == HOST
     assert a.decide("e1", 1.0, 0.0, math.inf, 3.0, 0.0, W).blame == PER_IP
-    assert a.decide("e2", 1.0, 0.5, math.inf, 3.0, 0.0, W).blame == HOST
+    assert a.decide("e2", 1.0, 0.5, math.inf, 3.0, 0.0, W, spacing_cost=0.2, rate_cost=0.09).blame == HOST
+
+
+def test_with_no_clean_gap_yet_a_request_the_host_rate_held_probes_a_raise_that_costs_nothing() -> None:
+    # A 0.5 req/s per-IP site under a slow start: the host rate held a 1.12 s gap inside the
+    # 0.8-1.6 s band a little past its spacing. Just above the gap costs no throughput.
+    a = Attribution()
+    v = a.decide("e1", 1.12, 0.11, math.inf, 5.0, 1.5, W, spacing_cost=0.0, rate_cost=0.09)
+    assert v.blame == PER_IP and v.ambiguous and "not held" in v.why
+    # Costly, the host rate is stepped down instead.
+    assert a.decide("e2", 2.7, 1.3, math.inf, 3.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
 
 
 def test_a_new_rate_high_with_429s_across_ips_in_a_moment_is_host_wide() -> None:
@@ -296,7 +317,7 @@ def test_a_429_well_below_a_rate_the_host_answered_cleanly_is_per_ip_unless_a_ga
         a.clean(7.6, t * 0.13, W)
     v = a.decide("e1", 1.5, 0.3, math.inf, 5.0, 1.5, W, spacing_cost=0.5, rate_cost=0.09)
     assert v.blame == PER_IP and "7.60 req/s cleanly" in v.why
-    assert a.decide("e2", 1.5, 0.3, math.inf, 6.9, 1.6, W).blame == HOST  # within two rate steps of it
+    assert a.decide("e2", 1.5, 0.3, math.inf, 6.9, 1.6, W, spacing_cost=0.5).blame == HOST  # within two rate steps
     # The rate sent over the last seconds lags behind cuts: the host rate in force bounds it.
     assert a.decide("e4", 1.5, 0.3, math.inf, 6.9, 1.65, W, rate=3.1).blame == PER_IP
     # A cap that fell (the host answered 7.6 req/s and now 429s at 5): gaps as short were clean.
@@ -389,6 +410,54 @@ def test_adaptive_mode_does_not_pause_a_host_whose_rate_is_in_force() -> None:
     for ep in eps[:3]:
         p.rate_limited("a", ep, 2.0, granted_at=ft.now)
     assert gate.host("a").paused_until < ft.now
+
+
+def test_adaptive_mode_sets_a_host_rate_instead_of_pausing_a_host_that_had_none() -> None:
+    # A host whose rate went past what the pool can send has none: 429s on several IPs at once
+    # set one under what was sent, and the host is not paused (its per-IP limits go on answering).
+    p, gate, ft, _ = policy(True, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200)
+    gate.set_host_interval("a", 0.0)
+    ft.advance(2.0)
+    gate.host("a").grants += 12  # 6 req/s sent over the last 2 s
+    for ep in eps[:3]:
+        p.rate_limited("a", ep, 2.0, granted_at=ft.now)
+    assert gate.host("a").paused_until < ft.now
+    assert 0 < 1 / gate.host("a").interval < 6.0
+    # Nothing measured sent, no rate to set: the pause is what answers.
+    q, qgate, qft, _ = policy(True, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    q.ok("a", 200)
+    qgate.set_host_interval("a", 0.0)
+    for ep in [st.endpoint for st in qgate.endpoints.values()][:2]:
+        q.rate_limited("a", ep, 2.0, granted_at=qft.now)
+    assert qgate.host("a").interval == 0 and qgate.host("a").paused_until == pytest.approx(qft.now + 2.0)
+    # Without adaptive mode the host is paused for the Retry-After.
+    d, dgate, dft, _ = policy(False, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    for ep in [st.endpoint for st in dgate.endpoints.values()][:2]:
+        d.rate_limited("a", ep, 2.0, granted_at=dft.now)
+    assert dgate.host("a").paused_until == pytest.approx(dft.now + 2.0)
+
+
+def test_a_429_sent_before_a_climb_cuts_the_rate_and_one_sent_before_a_cut_is_answered_for() -> None:
+    p, gate, ft, _ = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200, granted_at=ft.now)  # slow start: a host rate
+    sent = ft.now
+    ft.advance(0.5)
+    p.ok("a", 200, granted_at=ft.now - 0.1)  # a clean answer at that rate: it climbs
+    climbed = gate.host("a").interval
+    ft.advance(0.5)
+    # Sent before the climb, at a slower rate than the one in force now: the limit is below it.
+    p.rate_limited("a", eps[0], 2.0, granted_at=sent)
+    cut = gate.host("a").interval
+    assert cut > climbed
+    ft.advance(0.1)
+    p.rate_limited("a", eps[1], 2.0, granted_at=sent + 0.2)  # sent before the cut: already answered for
+    assert gate.host("a").interval == cut
+    ft.advance(1.0)
+    p.rate_limited("a", eps[2], 2.0, granted_at=ft.now - 0.2)  # sent at the cut rate: cut again
+    assert gate.host("a").interval > cut
 
 
 def test_every_change_is_notified_once_with_its_evidence() -> None:

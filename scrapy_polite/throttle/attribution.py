@@ -101,8 +101,14 @@ class Attribution:
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
             # host-rate cut first (early in a crawl a host-wide cap hits held requests too).
+            # Not held, a raise just above the gap is still tried first when it costs next to
+            # nothing (a gap within the band): early in a crawl the host rate holds requests
+            # to a host whose per-IP limit is above the band too.
             if not held:
-                return Verdict(HOST, "not held by its spacing")
+                if spacing_cost > CHEAP:
+                    return Verdict(HOST, "not held by its spacing")
+                return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
+                                     "no clean gap known yet", "not held by its spacing")
             if spacing_cost <= CHEAP:
                 return Verdict(PER_IP, "held by its spacing")
             return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,

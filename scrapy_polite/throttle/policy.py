@@ -364,21 +364,21 @@ class ThrottlePolicy:
             p.recent.popleft()
         distinct = len({k for _, k in p.recent})
         wide = distinct >= cfg.host_pause_endpoints
-        # In adaptive mode a host rate in force answers for a host-wide limit: the rate
-        # search steps it down, a pause of the whole host on top only costs pages.
-        if wide and h.paused_until < now and not (cfg.adaptive and h.interval > 0):
+        rate: list[str] = []
+        if sent_at >= p.rate.cut:  # else sent at a rate cut since: already answered for
+            signal = Signal(1 / h.interval if h.interval > 0 else None, sent, wide, cfg.backoff_factor)
+            new = p.rate.limited(signal, now)
+            if new is not KEEP:
+                rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
+        # In adaptive mode a host rate in force (set just now if none was) answers for a
+        # host-wide limit: the rate search steps it down, a pause on top only costs pages.
+        if wide and gate.host(host).paused_until < now and not (cfg.adaptive and gate.host(host).interval > 0):
             gate.pause_host(host, delay)
             p.recent.clear()
             changes.append(
                 f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s"
             )
-        if sent_at < p.rate.changed:
-            return changes  # sent at an older rate, already answered for
-        signal = Signal(1 / h.interval if h.interval > 0 else None, sent, wide, cfg.backoff_factor)
-        new = p.rate.limited(signal, now)
-        if new is not KEEP:
-            changes.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
-        return changes
+        return changes + rate
 
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
         """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
@@ -416,6 +416,8 @@ class ThrottlePolicy:
         self.gate.set_host_interval(host, interval)
         # From the moment the gate has it (a shared gate dates a grant read before then earlier).
         p.rate.changed = max(now, self.clock())
+        if interval > old if old > 0 else interval > 0:
+            p.rate.cut = p.rate.changed  # slower than before: signals sent until now are answered for
         p.rate.seen = 1 / interval if interval > 0 else None
         return f"host rate {_rate(old)} -> {_rate(interval)}"
 

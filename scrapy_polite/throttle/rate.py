@@ -64,7 +64,7 @@ class RateSearch:
     """One host's search for its host-wide limit."""
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
-                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen")
+                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -80,8 +80,10 @@ class RateSearch:
         self.forgiven = False
         #: Probes that met the same ceiling again: each doubles the next hold.
         self.confirmed = 0
-        #: Answers to requests granted before this were sent at an older host rate.
+        #: Answers to requests granted before this were sent at an older host rate, and
+        #: signals to requests granted before ``cut`` at a faster one, already answered for.
         self.changed = -math.inf
+        self.cut = -math.inf
         self.last_limited = -math.inf
         #: Whether the rate is past a hold, probing: its next signal may confirm the ceiling.
         self.probing = False
@@ -111,8 +113,14 @@ class RateSearch:
         while self.answers[0][0] < now - WINDOW:
             self.answers.popleft()
 
-    def accepted(self, sent: float) -> float | None:
-        """When many recent answers failed, what the host took: the rate sent times the clean share."""
+    def accepted(self, sent: float, rate: float | None = None) -> float | None:
+        """When many recent answers failed, what the host took: the rate sent times the clean share.
+
+        Only over a window sent near the host rate *rate* in force: on a climb the window
+        mostly holds answers to slower rates, and its clean share says little of this one.
+        """
+        if rate is not None and sent * (1 + STEP) ** 2 < rate:
+            return None
         share = sum(clean for _, clean in self.answers) / max(1, len(self.answers))
         if len(self.answers) >= MIN_ANSWERS and sent > 0 and share < CLEAN_SHARE:
             return sent * share
@@ -137,6 +145,7 @@ class RateSearch:
         self.seen = rate
         self.changed = max(self.changed, since)
         if old is not None and rate is not None and rate < old:
+            self.cut = max(self.cut, since)
             self.good, self.fail_streak = None, 0
             self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
             if self.ceiling is None or old < self.ceiling:
@@ -147,7 +156,7 @@ class RateSearch:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
         self.last_limited = now
         probe, self.probing = self.probing, False
-        accepted = self.accepted(s.sent)
+        accepted = self.accepted(s.sent, s.rate)
         if s.rate is not None:
             self.fail_streak += 1
             if self.good is not None and self.good < s.rate:
