@@ -116,6 +116,46 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
     assert r.confirmed == 0 and r.hold(W) == 2 * HOLD_FIRST
 
 
+def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_the_ceiling() -> None:
+    # The cap went 6 -> 2 -> 6 req/s: held at 2, the search probes past it, climbs by slow-start
+    # steps to 7.1 (429), and 6.24 fails too. The limit is at 6.24, not 7.1, and each probe
+    # that meets it again doubles the next hold (it re-probed every 3 s, a 429 each time).
+    r = RateSearch()
+    r.clean(6.0, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 2.0)  # the drop: a move (the first one below is forgiven)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 3.0)
+    assert r.moved and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
+    r.changed = 3.0
+    rate = 2.0
+    for t in range(10):  # past the hold: the probe, then slow-start steps while clean
+        rate = r.clean(rate, 10.0 + t / 2, W, math.inf)
+        if rate > 7.0:
+            break
+    assert r.climbed_fast
+    r.limited(Signal(rate, rate, False, 0.5), 16.0)
+    assert r.ceiling == pytest.approx(rate) and r.provisional
+    r.limited(Signal(6.24, 6.24, False, 0.5), 17.0)
+    assert r.ceiling == pytest.approx(6.24)
+    holds = []
+    for t in (20.0, 30.0, 45.0):
+        r.changed = t - r.hold(W) - 0.1
+        assert r.clean(5.7, t, W, math.inf) == pytest.approx(5.7 * (1 + STEP))  # past the hold: the probe
+        r.limited(Signal(6.27, 6.27, False, 0.5), t + 0.5)  # meets the same ceiling
+        holds.append(r.hold(W))
+    assert holds == [HOLD_FIRST * 2, W / 2, W / 2]  # a limit seen to move: at most half a window
+
+
+def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
+    r = RateSearch()
+    r.clean(6.0, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)  # the ceiling: 6.6
+    r.changed = 1.0
+    assert r.clean(5.3, 2.0, W, math.inf) == pytest.approx(5.83)  # two steps under it: a step up
+    r.limited(Signal(5.83, 5.83, False, 0.5), 3.0)  # between one and two steps under 6.6
+    assert r.ceiling == pytest.approx(5.83) and not r.moved
+
+
 def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
     r = RateSearch()
     for i in range(12):

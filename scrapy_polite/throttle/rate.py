@@ -188,7 +188,7 @@ class RateSearch:
         elif failed < self.ceiling / (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
             self.ceiling = failed
-        elif self.ceiling / (1 + STEP) * (1 - 1e-9) <= failed <= self.ceiling * (1 + STEP) ** 2:
+        elif failed <= self.ceiling * (1 + STEP) ** 2:
             if probe:
                 # A probe met the same ceiling again: re-probe less often; met at or past it,
                 # hold closer under it.
@@ -198,6 +198,7 @@ class RateSearch:
             self.ceiling = min(self.ceiling, failed)
         elif failed > self.ceiling:
             self.ceiling = failed
+            self.provisional = self.climbed_fast  # a fast climb's overshoot: an upper bound
         if self.bad_found and self.bad is not None and failed < self.bad and not self.forgiven and accepted is None:
             self.forgiven = True  # one signal below the ceiling per hold is noise
         else:
