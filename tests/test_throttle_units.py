@@ -414,6 +414,34 @@ def test_only_host_wide_signals_hold_the_other_processes_host_rate() -> None:
     assert shared == ["a"]
 
 
+def test_a_host_signal_read_back_from_the_shared_state_is_this_processs_own_and_holds_nothing() -> None:
+    # Through Redis a process reads its own host signal back (on its clock, a moment later). Taken
+    # for another process's, it held this process's climb for a whole hold: one process through
+    # Redis sat at 2.14 req/s for 13 s under a 3 req/s cap after its first burst.
+    p, gate, ft, _ = policy(False, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    signals: list[float] = []
+    gate.signal_host = lambda host: signals.append(ft.now)
+    gate.last_signal = lambda host: signals[-1] + 0.05 if signals else -math.inf
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200)
+    ft.advance(2.0)
+    gate.host("a").grants += 8  # a first burst of 4 req/s
+    for ep in eps[:2]:
+        p.rate_limited("a", ep, 2.0, granted_at=ft.now)
+    assert 1 / gate.host("a").interval == pytest.approx(2.0)  # half what was sent
+    ft.advance(2.5)
+    for _ in range(12):
+        ft.advance(0.5)
+        p.ok("a", 200, granted_at=ft.now - 0.1)
+    assert 1 / gate.host("a").interval > 4.4  # climbed on past the burst's rate
+    # Another process's signal (not this one's): the climb holds.
+    climbed = gate.host("a").interval
+    signals.append(ft.now)
+    ft.advance(0.5)
+    p.ok("a", 200, granted_at=ft.now - 0.1)
+    assert gate.host("a").interval == climbed
+
+
 def answers_at_quarter_second_latency(p, gate, ft) -> None:
     """Clean answers 0.25 s after their grant, the host rate then lifted: concurrency follows the pool."""
     for _ in range(40):
@@ -498,6 +526,30 @@ def test_a_429_sent_before_a_climb_cuts_the_rate_and_one_sent_before_a_cut_is_an
     ft.advance(1.0)
     p.rate_limited("a", eps[2], 2.0, granted_at=ft.now - 0.2)  # sent at the cut rate: cut again
     assert gate.host("a").interval > cut
+
+
+def test_a_host_rate_above_what_the_pool_sends_is_cut_from_what_the_pool_sends() -> None:
+    # 8 endpoints at a 1 s spacing send 8 req/s: a host rate of 10 binds nothing, and a cut
+    # from 10 would not either.
+    p, gate, ft, _ = policy(True, POLITE_DELAY=(1.0, 1.0), POLITE_DELAY_FLOOR=1.0)
+    ep = next(iter(gate.endpoints.values())).endpoint
+    p.ok("a", 200)
+    gate.set_host_interval("a", 0.1)
+    ft.advance(1.0)
+    p.rate_limited("a", ep, 2.0, granted_at=ft.now)  # no gap known: the host
+    assert 1 / gate.host("a").interval < 8.0
+
+
+def test_a_host_rate_step_is_weighed_at_what_it_gives_up_where_it_binds() -> None:
+    # Weighed against a spacing raise, a host-rate step costs a step of the rate in effect,
+    # even when the host rate is above what the pool sends (cutting it there would cost nothing).
+    p, gate, ft, changes = policy(True, POLITE_DELAY=(1.0, 1.6))
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200)
+    gate.set_host_interval("a", 0.05)  # 20 req/s; the pool sends about 6
+    changes.clear()
+    p.rate_limited("a", eps[0], 2.0, gap=1.5, slack=0.0, granted_at=ft.now)  # held, no clean gap: ambiguous
+    assert "host rate 9%" in changes[-1][4]["why"]
 
 
 def test_every_change_is_notified_once_with_its_evidence() -> None:

@@ -48,6 +48,9 @@ DELAY_CEILING = 4.0
 MIN_INTERVAL = 0.02
 #: A challenge page cuts the host rate by this factor (a 429 by a search step).
 CHALLENGE_FACTOR = 0.5
+#: A shared host signal read back within this many seconds of this process's own is its own
+#: (the shared state's clock, converted to this process's, is that close).
+OWN_SIGNAL = 0.5
 
 
 @dataclass(slots=True)
@@ -55,6 +58,9 @@ class _HostPolicy:
     #: Last clean-window step (concurrency, spacing restored toward POLITE_DELAY).
     last_change: float
     last_signal: float = -math.inf
+    #: When this process last shared a host-wide signal (``Gate.signal_host``): read back
+    #: from a shared state, it is this process's own, already answered for.
+    host_signalled: float = -math.inf
     #: Host-blamed signals within the pause window: (time, endpoint key).
     recent: deque[tuple[float, str]] = field(default_factory=deque)
     parks: int = 0
@@ -186,7 +192,7 @@ class ThrottlePolicy:
         """
         gate, now = self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
-        gate.signal_host(host)
+        self._share_signal(p, host, now)
         h = gate.host(host)
         current = 1 / h.interval if h.interval > 0 else sent
         changes: list[str] = []
@@ -317,7 +323,9 @@ class ThrottlePolicy:
             return 0.0, 0.0
         mean = max(sum(h.delay) / 2, h.min_delay, 1e-9)
         raised = pool * min(1.0, mean / max(spacing, 1e-9))
-        return max(0.0, 1 - min(raised, rate) / now_rate), max(0.0, 1 - min(pool, rate / (1 + STEP)) / now_rate)
+        # A host-rate step that binds: from the rate in effect (a host rate above what the pool
+        # sends would cost nothing to cut, and change nothing).
+        return max(0.0, 1 - min(raised, rate) / now_rate), 1 - 1 / (1 + STEP)
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
@@ -358,7 +366,7 @@ class ThrottlePolicy:
         cfg, gate = self.config, self.gate
         h = gate.host(host)
         changes: list[str] = []
-        gate.signal_host(host)
+        self._share_signal(p, host, now)
         p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
             p.recent.popleft()
@@ -366,7 +374,9 @@ class ThrottlePolicy:
         wide = distinct >= cfg.host_pause_endpoints
         rate: list[str] = []
         if sent_at >= p.rate.cut:  # else sent at a rate cut since: already answered for
-            signal = Signal(1 / h.interval if h.interval > 0 else None, sent, wide, cfg.backoff_factor)
+            # The rate in effect: a host rate above what the pool sends at its spacing binds nothing.
+            rate_in_force = min(1 / h.interval, self._pool_rate(h)) if h.interval > 0 else None
+            signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor)
             new = p.rate.limited(signal, now)
             if new is not KEEP:
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
@@ -379,6 +389,11 @@ class ThrottlePolicy:
                 f"{distinct} endpoints rate-limited within {cfg.host_pause_window:g} s: host-wide pause {delay:.1f} s"
             )
         return changes + rate
+
+    def _share_signal(self, p: _HostPolicy, host: str, now: float) -> None:
+        """Tell the processes sharing *host* of a host-wide signal: they hold their host-rate climb."""
+        self.gate.signal_host(host)
+        p.host_signalled = now
 
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
         """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
@@ -393,7 +408,8 @@ class ThrottlePolicy:
             return []
         window = self.config.recovery_window
         fast = self.config.adaptive
-        fleet_held = now - self.gate.last_signal(host) < p.rate.hold(window, fast)
+        last = self.gate.last_signal(host)
+        fleet_held = last > p.host_signalled + OWN_SIGNAL and now - last < p.rate.hold(window, fast)
         new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), fleet_held, fast)
         if new is KEEP:
             return []
