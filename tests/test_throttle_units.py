@@ -627,6 +627,21 @@ def test_a_rate_cut_by_another_process_is_held_under_as_this_searchs_own() -> No
     assert not r.follow(5.0, 31.0) and r.changed == 30.0
 
 
+def test_a_cut_elsewhere_from_the_known_ceiling_doubles_the_hold_here_as_a_probe_of_its_own_would() -> None:
+    # Four processes on a steady 3 req/s cap: each probed on its own hold, 15 429s against one
+    # process's 6. Another process's probe that met the ceiling again counts here too.
+    r = RateSearch()
+    r.follow(2.9, 0.0)
+    r.clean(2.9, 0.5, W, math.inf, fast=False)
+    r.limited(Signal(3.03, 3.03, False, 0.5), 1.0)  # this process found the ceiling at 3.03
+    r.seen = 2.75
+    first = r.hold(W)
+    assert r.follow(3.03, 8.0)  # another process's probe ...
+    assert r.follow(2.88, 8.5)  # ... met it again and cut
+    assert r.confirmed == 1 and r.hold(W) == 2 * first
+    assert r.follow(1.5, 20.0) and r.confirmed == 1  # a cut from far under it is no probe of it
+
+
 def shared_host_policies(n: int = 2):
     """*n* throttles on one gate: a fleet whose host rate is one shared value, as through Redis."""
     cfg = config(POLITE_ADAPTIVE=True, POLITE_RECOVERY_WINDOW=20)

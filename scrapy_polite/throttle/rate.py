@@ -138,7 +138,10 @@ class RateSearch:
         moved it, take its step as this search's own. Answers to requests sent before then were
         at another rate (so a fleet climbs a step per round, as one process does), and a cut
         means that process met the limit at the rate it cut from: this one holds under it too,
-        and its slow start is over. Returns whether the rate had moved."""
+        and its slow start is over. A cut from the ceiling this search knows is a probe that met
+        it again, as one of this search's own would be: the next hold doubles here too (else each
+        process of a fleet probes a steady limit on its own hold, a 429 each). Returns whether
+        the rate had moved."""
         old = self.seen
         if rate == old or (rate is not None and old is not None and same((rate,), (old,))):
             return False  # the same rate, as Redis rounds it
@@ -148,6 +151,8 @@ class RateSearch:
             self.cut = max(self.cut, since)
             self.good, self.fail_streak = None, 0
             self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
+            if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
+                self.confirmed += 1
             if self.ceiling is None or old < self.ceiling:
                 self.ceiling = old
         return True
