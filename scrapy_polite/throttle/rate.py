@@ -219,10 +219,8 @@ class RateSearch:
         self.good = rate
         self.fail_streak = 0
         hold = self.hold(window, fast)
-        if self.bad is None and fleet_held and self.ceiling is not None:
-            # Another process sharing the host rate just met the limit found. Before any limit is
-            # found its first burst holds nothing here, as it holds nothing there: the fleet climbs on.
-            return KEEP
+        if self.bad is None and fleet_held:
+            return KEEP  # another process sharing the host rate just stepped it down
         if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
             if not self.bad_found and self.ceiling is None:
                 # Only a burst sent with no host rate failed there: a first burst goes out
