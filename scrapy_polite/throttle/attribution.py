@@ -78,13 +78,10 @@ class Attribution:
 
     def decide(
         self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
-        spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf, probe_cost: float | None = None,
+        spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf,
     ) -> Verdict:
         """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives
-        up, *spacing_cost* the raise a per-IP verdict makes, *probe_cost* the smaller one an ambiguous
-        verdict probes with; *rate*: the host rate in force, which the rate sent over the last seconds
-        lags behind)."""
-        probe = spacing_cost if probe_cost is None else probe_cost
+        up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind)."""
         self._expire(now, window)
         repeats = sum(k == endpoint for _, k in self.limited)
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
@@ -108,13 +105,13 @@ class Attribution:
             # nothing (a gap within the band): early in a crawl the host rate holds requests
             # to a host whose per-IP limit is above the band too.
             if not held:
-                if probe > CHEAP:
+                if spacing_cost > CHEAP:
                     return Verdict(HOST, "not held by its spacing")
-                return self._cheaper(endpoint, repeats, now, window, probe, rate_cost,
+                return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
                                      "no clean gap known yet", "not held by its spacing")
             if spacing_cost <= CHEAP:
                 return Verdict(PER_IP, "held by its spacing")
-            return self._cheaper(endpoint, repeats, now, window, probe, rate_cost,
+            return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
                                  "held by its spacing", "no clean gap known yet")
         rate_high = sent > highest * (1 + RATE_MARGIN) and sent > 0
         time_cluster = moment >= MOMENT_ENDPOINTS
@@ -129,7 +126,7 @@ class Attribution:
         host_side = f"host rate at a new high {sent:.2f} req/s" if rate_high else "not held by its spacing"
         if rate_high and time_cluster and not repeats:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
-        return self._cheaper(endpoint, repeats, now, window, probe, rate_cost, ip_side, host_side)
+        return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost, ip_side, host_side)
 
     def _cheaper(self, endpoint: str, repeats: int, now: float, window: float, spacing_cost: float,
                  rate_cost: float, ip_side: str, host_side: str) -> Verdict:

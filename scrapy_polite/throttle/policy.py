@@ -158,14 +158,12 @@ class ThrottlePolicy:
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
         window = cfg.recovery_window
-        # What explaining the 429 by the IP's gap would cost: the raise a per-IP verdict makes (up
-        # to a clean gap near it), and the spacing just above the gap an ambiguous one probes.
-        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window))
-        probe_cost, _ = self._costs(host, sent, gap * (1 + SPACING_MARGIN))
+        # What explaining the 429 by the IP's gap would cost: the spacing just above it.
+        spacing_cost, rate_cost = self._costs(host, sent, gap * (1 + SPACING_MARGIN))
         interval = gate.host(host).interval
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, probe_cost,
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
         )
         evidence: dict[str, Any] = {
             "status": status, "retry_after": round(delay, 3), "gap": _finite(gap), "slack": _finite(slack),
