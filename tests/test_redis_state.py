@@ -313,7 +313,9 @@ async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redi
     # (a grant in flight when it went may still land in the first moments).
     assert [e for e in log if down + 0.3 < e["t_start"] < up] == []
     assert max_inflight_per_ip(log) == 1
-    assert min_spacing_per_ip(log, "a") >= 0.6 - 0.02
+    # Spaced by the gate (a request without it would follow at once); measured at the site, after
+    # a proxy hop whose time varies on a loaded machine (0.579 s seen in a CI run), as the fleet's.
+    assert min_spacing_per_ip(log, "a") >= 0.6 - 0.05
     messages = [r.getMessage() for r in caplog.records]
     assert any("lost the shared state" in m for m in messages)
     assert any("is back after" in m for m in messages)
