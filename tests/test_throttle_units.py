@@ -355,6 +355,7 @@ def test_a_429_well_below_a_rate_the_host_answered_cleanly_is_per_ip_unless_a_ga
     a = Attribution()
     for t in range(8):
         a.clean(7.6, t * 0.13, W)
+    a.decide("e9", math.inf, math.inf, math.inf, 7.6, 1.2, W)  # a first request failed too
     v = a.decide("e1", 1.5, 0.3, math.inf, 5.0, 1.5, W, spacing_cost=0.5, rate_cost=0.09)
     assert v.blame == PER_IP and "7.60 req/s cleanly" in v.why
     assert a.decide("e2", 1.5, 0.3, math.inf, 6.9, 1.6, W, spacing_cost=0.5).blame == HOST  # within two rate steps
@@ -362,6 +363,32 @@ def test_a_429_well_below_a_rate_the_host_answered_cleanly_is_per_ip_unless_a_ga
     assert a.decide("e4", 1.5, 0.3, math.inf, 6.9, 1.65, W, rate=3.1).blame == PER_IP
     # A cap that fell (the host answered 7.6 req/s and now 429s at 5): gaps as short were clean.
     assert a.decide("e3", 1.5, 0.3, 1.4, 5.0, 1.7, W).blame == HOST
+
+
+def test_first_requests_clean_and_a_repeat_failing_at_their_rate_points_at_the_ip() -> None:
+    # A 0.5 req/s per-IP site in slow start: 7 IPs' first requests went through at up to 4.8 req/s;
+    # an IP's second one, 1.6 s later and not held by its spacing, fails at 5 req/s. A raise above
+    # 1.6 s would give up 30 % of the pool's rate, a rate step 9 %, but only the gap differs.
+    a = Attribution()
+    for i, rate in enumerate((1.0, 2.0, 3.0, 4.0, 4.3, 4.5, 4.8)):
+        a.clean(rate, i * 0.2, W)
+    v = a.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09)
+    assert v.blame == PER_IP and not v.ambiguous and "first requests" in v.why
+    # At a rate well past the first requests' (a host rate climbing onto a cap), the rate may be the cause.
+    assert a.decide("e2", 1.6, 0.4, math.inf, 5.4, 1.7, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
+    # Too few first requests say little.
+    b = Attribution()
+    for i in range(2):
+        b.clean(4.8, i * 0.2, W)
+    assert b.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
+    # A first request limited too: the rate may be the cause.
+    c = Attribution()
+    for i in range(7):
+        c.clean(4.8, i * 0.2, W)
+    c.decide("e0", math.inf, math.inf, math.inf, 4.8, 1.5, W)
+    assert c.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
+    # Once out of the window, neither counts.
+    assert a.decide("e3", 1.6, 0.4, math.inf, 5.0, 30.0, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
 
 
 def test_with_no_clean_gap_yet_a_held_request_is_per_ip_unless_the_raise_costs_more_than_a_rate_cut() -> None:

@@ -9,7 +9,10 @@ The evidence that separates the two:
   high, above the rates its clean answers were sent at, and does not fail well
   below a rate it answered cleanly moments ago;
 - **clusters**: 429s again on the same IP point at that IP; 429s on several
-  IPs within a moment point at the host.
+  IPs within a moment point at the host;
+- **first requests**: an IP's first request to a host has no gap; when those
+  go through cleanly and only the IPs' next ones fail, at a host rate the
+  first ones were answered at, the gap is what differs, not the rate.
 
 When both hypotheses have support, the cheaper remedy is tried first (the share
 of the host's throughput each would give up); the same IP limited again after
@@ -38,6 +41,10 @@ MOMENT_ENDPOINTS = 2
 #: Clean answers with a known gap needed before a short gap not held by the
 #: spacing is taken for a per-IP limit on its own.
 MIN_CLEAN_GAPS = 8
+#: Clean first requests (no gap) from this many IPs, and none limited, at a host rate
+#: within ``FIRST_RATE`` of a failure's, make the failure's gap the difference.
+FIRST_CLEAN = 3
+FIRST_RATE = 1.1
 #: A remedy giving up at most this share of the host's throughput is cheap.
 CHEAP = 0.05
 #: A spacing raise is undone a step per spacing, a host-rate cut a step per clean
@@ -55,7 +62,7 @@ class Verdict:
 class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
-    __slots__ = ("limited", "clean_rates", "clean_gaps", "last_ambiguous")
+    __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous")
 
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
@@ -63,16 +70,21 @@ class Attribution:
         self.clean_rates: deque[tuple[float, float]] = deque()
         #: (time, gap) of clean answers whose gap is known.
         self.clean_gaps: deque[tuple[float, float]] = deque()
+        #: (time, rate sent) of clean first requests (no gap), and when a first request was last limited.
+        self.first_clean: deque[tuple[float, float]] = deque()
+        self.first_limited = -math.inf
         self.last_ambiguous: tuple[float, str] | None = None
 
     def clean(self, sent: float, now: float, window: float, gap: float = math.inf) -> None:
         self.clean_rates.append((now, sent))
         if math.isfinite(gap):
             self.clean_gaps.append((now, gap))
+        else:
+            self.first_clean.append((now, sent))
         self._expire(now, window)
 
     def _expire(self, now: float, window: float) -> None:
-        for q in (self.limited, self.clean_rates, self.clean_gaps):
+        for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean):
             while q and q[0][0] < now - window:
                 q.popleft()
 
@@ -87,6 +99,7 @@ class Attribution:
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
         self.limited.append((now, endpoint))
         if not math.isfinite(gap):
+            self.first_limited = now
             return Verdict(HOST, "no gap known for the endpoint")
         held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
         if gap >= shortest_clean:
@@ -98,6 +111,9 @@ class Attribution:
             # host-wide cap does not explain this 429, the IP's short gap does.
             return Verdict(PER_IP, f"the host answered {highest:.2f} req/s cleanly, above the {at_most:.2f} sent")
         if not math.isfinite(shortest_clean):
+            first = self._first_requests_clean(at_most, now, window)
+            if first is not None:
+                return Verdict(PER_IP, first)
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
             # host-rate cut first (early in a crawl a host-wide cap hits held requests too).
@@ -127,6 +143,17 @@ class Attribution:
         if rate_high and time_cluster and not repeats:
             return Verdict(HOST, f"{host_side}; {moment} endpoints limited within {MOMENT:g} s")
         return self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost, ip_side, host_side)
+
+    def _first_requests_clean(self, sent: float, now: float, window: float) -> str | None:
+        """Why the IPs' gaps explain a failure at *sent* req/s, when their first requests (no gap)
+        went through cleanly at about that rate and none failed (``None``: they do not)."""
+        if self.first_limited >= now - window or len(self.first_clean) < FIRST_CLEAN:
+            return None
+        fastest = max(r for _, r in self.first_clean)
+        if sent > fastest * FIRST_RATE:
+            return None
+        return (f"{len(self.first_clean)} IPs' first requests answered cleanly at up to {fastest:.2f} req/s, "
+                f"none limited: only a repeat failed")
 
     def _cheaper(self, endpoint: str, repeats: int, now: float, window: float, spacing_cost: float,
                  rate_cost: float, ip_side: str, host_side: str) -> Verdict:
