@@ -11,7 +11,7 @@ from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
 from scrapy_polite.throttle.rate import HOLD_FIRST, KEEP, START_STEP, STEP, RateSearch, Signal
-from scrapy_polite.throttle.spacing import SpacingEstimator
+from scrapy_polite.throttle.spacing import HOLD, SpacingEstimator
 
 pytestmark = pytest.mark.once
 
@@ -34,13 +34,37 @@ def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> 
     assert s.raised(1.0, band, 10.0, True, 1.3, W) is None  # already above
 
 
-def test_an_ambiguous_signal_raises_the_spacing_just_above_its_gap() -> None:
+def test_an_ambiguous_signal_raises_the_spacing_to_a_clean_gap_near_it_or_just_above_its_gap() -> None:
     s = SpacingEstimator()
     s.clean(1.49, 0.0, W)
     assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W) == pytest.approx((1.49, 1.49 * 1.05))  # a clean gap near
     s = SpacingEstimator()
     s.clean(1.49, 0.0, W)
+    # A probe goes to the known-good spacing too (a narrowing that overshot goes back to where it was clean)...
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.49, 1.49 * 1.05))
+    assert s.target(1.1, 1.0, W, reach=False) == pytest.approx(1.49)
+    # ...but with none near, only just above its gap, not a guess at REACH above it.
+    s = SpacingEstimator()
+    s.clean(1.8, 0.0, W)
     assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.155, 1.155 * 1.05))
+    assert SpacingEstimator().target(1.1, 1.0, W, reach=False) == pytest.approx(1.155)
+    assert SpacingEstimator().target(1.1, 1.0, W) == pytest.approx(1.65)
+
+
+def test_after_a_raise_narrowing_waits_a_hold_that_doubles_until_a_clean_window() -> None:
+    s = SpacingEstimator()
+    band = s.raised(0.45, (0.41, 0.51), 10.0, True, 0.0, W)
+    assert band is not None
+    assert s.narrowed(band, 0.3, HOLD - 0.1, W) is None  # held after the raise
+    assert s.narrowed(band, 0.3, HOLD + 0.1, W) is not None
+    s.raised(band[0], band, 10.0, True, 10.0, W)  # a second raise: twice the hold
+    band = (0.8, 0.84)
+    assert s.narrowed(band, 0.3, 10.0 + 2 * HOLD - 0.1, W) is None
+    assert s.narrowed(band, 0.3, 10.0 + 2 * HOLD + 0.1, W) is not None
+    assert s.narrowed(band, 0.3, 10.0 + 1.1, 1.0) is not None  # never longer than the window
+    s.raised(1.0, band, 10.0, True, 20.0, W)
+    s.decay()  # a clean window: the next raise holds HOLD again, and this one no longer
+    assert s.narrowed((1.5, 1.6), 0.3, 20.1, W) is not None
 
 
 def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slowly() -> None:
@@ -48,7 +72,7 @@ def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slo
     s.raised(0.9, (0.5, 0.5), 10.0, True, 0.0, W)
     band = (1.2, 1.3)
     for _ in range(30):
-        nxt = s.narrowed(band, s.floor(0.3), 1.0)
+        nxt = s.narrowed(band, s.floor(0.3), HOLD + 1.0)  # past the hold after the raise
         if nxt is None:
             break
         band = nxt

@@ -33,7 +33,6 @@ from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
-from scrapy_polite.throttle.spacing import MARGIN as SPACING_MARGIN
 from scrapy_polite.throttle.spacing import SpacingEstimator
 
 if TYPE_CHECKING:
@@ -158,8 +157,8 @@ class ThrottlePolicy:
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
         window = cfg.recovery_window
-        # What explaining the 429 by the IP's gap would cost: the spacing just above it.
-        spacing_cost, rate_cost = self._costs(host, sent, gap * (1 + SPACING_MARGIN))
+        # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
+        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False))
         interval = gate.host(host).interval
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
@@ -331,7 +330,7 @@ class ThrottlePolicy:
 
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
-        ambiguous signal, weighed at a raise just above the gap, gets no more than that)."""
+        ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more)."""
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
@@ -351,7 +350,8 @@ class ThrottlePolicy:
 
     def _narrow_spacing(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """Adaptive mode: one step below the current spacing, while it is what limits the pool."""
-        band = p.spacing.narrowed(self.gate.host(host).delay, self._spacing_floor(p, host), now)
+        band = p.spacing.narrowed(self.gate.host(host).delay, self._spacing_floor(p, host), now,
+                                  self.config.recovery_window)
         if band is None:
             return []
         self._set_delay(p, host, band)

@@ -19,6 +19,10 @@ STEP = 0.8
 BISECT_STEP = 0.95
 JITTER_STEP = 0.5
 MIN_JITTER = 0.05
+#: Adaptive mode holds the band this many seconds after a raise before narrowing again,
+#: doubled with each raise since the last clean window (up to the window): a narrowing
+#: that crosses a per-IP limit costs a 429 on each IP that sends before the first is back.
+HOLD = 3.0
 #: Each clean window eases the memory of the longest failing gap by this factor,
 #: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
 BAD_GAP_DECAY = 0.85
@@ -32,11 +36,14 @@ Band = tuple[float, float]
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
-    __slots__ = ("bad_gap", "changed", "clean_gaps", "seen")
+    __slots__ = ("bad_gap", "changed", "raised_at", "raises", "clean_gaps", "seen")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
         self.changed = -math.inf
+        #: When a signal last raised the band, and raises since the last clean window.
+        self.raised_at = -math.inf
+        self.raises = 0
         #: Clean answers' gaps over the last window, (time, gap), gaps increasing.
         self.clean_gaps: deque[tuple[float, float]] = deque()
         #: The band this estimator last set or saw in force: another process sharing the
@@ -72,32 +79,39 @@ class SpacingEstimator:
         self.clean(math.inf, now, window)
         return self.clean_gaps[0][1] if self.clean_gaps else math.inf
 
-    def target(self, gap: float, now: float, window: float) -> float:
-        """Where a signal after *gap* puts the spacing: just above it, or the shortest
-        clean gap if that is not far above it (a known-good spacing beats a guess)."""
-        return max(gap * (1 + MARGIN), min(self.shortest_clean(now, window), gap * (1 + REACH)))
+    def target(self, gap: float, now: float, window: float, reach: bool = True) -> float:
+        """Where a signal after *gap* puts the spacing: the shortest clean gap if that is not
+        far above it (a known-good spacing beats a guess), else just above the gap (*reach*:
+        ``REACH`` above it, a guess at where a limit nothing was answered under lies)."""
+        known = self.shortest_clean(now, window)
+        if reach or known <= gap * (1 + REACH):
+            return max(gap * (1 + MARGIN), min(known, gap * (1 + REACH)))
+        return gap * (1 + MARGIN)
 
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
                reach: bool = True) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
-        up to a clean gap or ``REACH`` above it, else only ``MARGIN``)."""
+        see :meth:`target`)."""
         self.bad_gap = max(self.bad_gap, gap)
         lo, hi = band
-        new_lo = min(self.target(gap, now, window) if reach else gap * (1 + MARGIN), ceiling)
+        new_lo = min(self.target(gap, now, window, reach), ceiling)
         if new_lo <= lo:
             return None
         new_hi = new_lo * (1 + MIN_JITTER)
         if not adaptive:
             new_hi = max(new_hi, hi)  # never narrower than POLITE_DELAY without adaptive mode
-        self.changed = now
+        self.changed = self.raised_at = now
+        self.raises += 1
         return (new_lo, new_hi)
 
     def floor(self, configured: float) -> float:
         """The shortest spacing *configured* and the longest failing gap allow."""
         return max(configured, self.bad_gap * (1 + MARGIN))
 
-    def narrowed(self, band: Band, floor: float, now: float) -> Band | None:
-        """Adaptive mode: one step below *band*, never under *floor*."""
+    def narrowed(self, band: Band, floor: float, now: float, window: float = math.inf) -> Band | None:
+        """Adaptive mode: one step below *band*, never under *floor*, once a raise's hold is over."""
+        if self.raises and now - self.raised_at < min(window, HOLD * 2 ** (self.raises - 1)):
+            return None
         lo, hi = band
         # Without a failure known, a step down; with one, at least halfway to just above it.
         step = lo * STEP if self.bad_gap <= 0 else min(lo * BISECT_STEP, (lo + floor) / 2)
@@ -111,6 +125,7 @@ class SpacingEstimator:
     def decay(self) -> None:
         """A clean window: let go of a little of the failing gap."""
         self.bad_gap *= BAD_GAP_DECAY
+        self.raises = 0
 
     def restored(self, band: Band, base: Band, floor: float) -> Band | None:
         """Without adaptive mode: a clean window brings a raised band back toward *base*."""
