@@ -400,6 +400,8 @@ def test_first_requests_clean_and_a_repeat_failing_at_their_rate_points_at_the_i
     assert v.blame == PER_IP and not v.ambiguous and "first requests" in v.why
     # At a rate well past the first requests' (a host rate climbing onto a cap), the rate may be the cause.
     assert a.decide("e2", 1.6, 0.4, math.inf, 5.4, 1.7, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
+    # A raise that would give up most of the host's throughput (a gap far past the spacing) needs more.
+    assert a.decide("e4", 1.6, 0.4, math.inf, 5.0, 1.8, W, spacing_cost=0.6, rate_cost=0.09).blame == HOST
     # Too few first requests say little.
     b = Attribution()
     for i in range(2):

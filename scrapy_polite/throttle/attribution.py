@@ -42,9 +42,12 @@ MOMENT_ENDPOINTS = 2
 #: spacing is taken for a per-IP limit on its own.
 MIN_CLEAN_GAPS = 8
 #: Clean first requests (no gap) from this many IPs, and none limited, at a host rate
-#: within ``FIRST_RATE`` of a failure's, make the failure's gap the difference.
+#: within ``FIRST_RATE`` of a failure's, make the failure's gap the difference, unless
+#: a raise above it would give up more than ``FIRST_COST`` of the host's throughput (a
+#: gap far past the spacing is less likely a per-IP limit than a rate's burst).
 FIRST_CLEAN = 3
 FIRST_RATE = 1.1
+FIRST_COST = 0.5
 #: A remedy giving up at most this share of the host's throughput is cheap.
 CHEAP = 0.05
 #: A spacing raise is undone a step per spacing, a host-rate cut a step per clean
@@ -112,7 +115,7 @@ class Attribution:
             return Verdict(PER_IP, f"the host answered {highest:.2f} req/s cleanly, above the {at_most:.2f} sent")
         if not math.isfinite(shortest_clean):
             first = self._first_requests_clean(at_most, now, window)
-            if first is not None:
+            if first is not None and spacing_cost <= FIRST_COST:
                 return Verdict(PER_IP, first)
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
