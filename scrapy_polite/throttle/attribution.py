@@ -42,11 +42,11 @@ MOMENT_ENDPOINTS = 2
 #: spacing is taken for a per-IP limit on its own.
 MIN_CLEAN_GAPS = 8
 #: Clean first requests (no gap) from this many IPs, and none limited, at a host rate
-#: within ``FIRST_RATE`` of a failure's, make the failure's gap the difference, unless
-#: a raise above it would give up more than ``FIRST_COST`` of the host's throughput (a
-#: gap far past the spacing is less likely a per-IP limit than a rate's burst).
+#: within ``RATE_BELOW`` of a failure's (the rate sent, measured over seconds, lags a
+#: climb), make the failure's gap the difference, unless a raise above it would give up
+#: more than ``FIRST_COST`` of the host's throughput (a gap far past the spacing is less
+#: likely a per-IP limit than a rate's burst).
 FIRST_CLEAN = 3
-FIRST_RATE = 1.1
 FIRST_COST = 0.5
 #: A remedy giving up at most this share of the host's throughput is cheap.
 CHEAP = 0.05
@@ -153,7 +153,7 @@ class Attribution:
         if self.first_limited >= now - window or len(self.first_clean) < FIRST_CLEAN:
             return None
         fastest = max(r for _, r in self.first_clean)
-        if sent > fastest * FIRST_RATE:
+        if sent > fastest * RATE_BELOW:
             return None
         return (f"{len(self.first_clean)} IPs' first requests answered cleanly at up to {fastest:.2f} req/s, "
                 f"none limited: only a repeat failed")
