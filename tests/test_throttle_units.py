@@ -43,6 +43,10 @@ def test_an_ambiguous_signal_raises_the_spacing_to_a_clean_gap_near_it_or_just_a
     # A probe goes to the known-good spacing too (a narrowing that overshot goes back to where it was clean)...
     assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.49, 1.49 * 1.05))
     assert s.target(1.1, 1.0, W, reach=False) == pytest.approx(1.49)
+    # Without adaptive mode (no narrowing to go back from: a wide band's clean gaps), just above its gap.
+    assert s.target(1.1, 1.0, W, reach=False, back=False) == pytest.approx(1.155)
+    band = s.raised(1.1, (0.8, 1.6), 10.0, False, 1.0, W, reach=False)
+    assert band == pytest.approx((1.155, 1.6))
     # ...but with none near, only just above its gap, not a guess at REACH above it.
     s = SpacingEstimator()
     s.clean(1.8, 0.0, W)

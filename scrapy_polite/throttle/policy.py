@@ -158,7 +158,7 @@ class ThrottlePolicy:
         p, old, sent = self._signalled(host, endpoint, delay, now)
         window = cfg.recovery_window
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
-        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False))
+        spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False, back=cfg.adaptive))
         interval = gate.host(host).interval
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,

@@ -79,12 +79,14 @@ class SpacingEstimator:
         self.clean(math.inf, now, window)
         return self.clean_gaps[0][1] if self.clean_gaps else math.inf
 
-    def target(self, gap: float, now: float, window: float, reach: bool = True) -> float:
+    def target(self, gap: float, now: float, window: float, reach: bool = True, back: bool = True) -> float:
         """Where a signal after *gap* puts the spacing: the shortest clean gap if that is not
         far above it (a known-good spacing beats a guess), else just above the gap (*reach*:
-        ``REACH`` above it, a guess at where a limit nothing was answered under lies)."""
+        ``REACH`` above it, a guess at where a limit nothing was answered under lies). Without
+        *reach* the clean gap is taken only when *back* (adaptive mode: a narrowing that overshot
+        goes back to where it was clean; without it a wide band's clean gaps say little)."""
         known = self.shortest_clean(now, window)
-        if reach or known <= gap * (1 + REACH):
+        if reach or (back and known <= gap * (1 + REACH)):
             return max(gap * (1 + MARGIN), min(known, gap * (1 + REACH)))
         return gap * (1 + MARGIN)
 
@@ -94,7 +96,7 @@ class SpacingEstimator:
         see :meth:`target`)."""
         self.bad_gap = max(self.bad_gap, gap)
         lo, hi = band
-        new_lo = min(self.target(gap, now, window, reach), ceiling)
+        new_lo = min(self.target(gap, now, window, reach, back=adaptive), ceiling)
         if new_lo <= lo:
             return None
         new_hi = new_lo * (1 + MIN_JITTER)
