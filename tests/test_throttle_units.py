@@ -302,6 +302,20 @@ def test_concurrency_cut_at_one_counts_floor_hits() -> None:
     assert c.cut(1, 0.5, 0.0, W) is None and c.floor_hits == 1
 
 
+def test_past_the_pool_rate_the_host_rate_is_dropped_unless_a_host_wide_limit_was_met_within_the_window() -> None:
+    r = RateSearch()
+    assert r.clean(4.0, 0.0, W, 3.0) is None  # never limited: the rate limits nothing
+    r = RateSearch()
+    r.limited(Signal(None, 4.0, True, 0.5), 1.0)  # a first burst met a limit
+    r.changed = 1.0
+    assert r.clean(2.0, 2.0, W, 3.0) == pytest.approx(2.2)  # climbs on...
+    assert r.clean(3.0, 3.0, W, 3.0) == pytest.approx(3.3)
+    # ...past the burst's rate (an artefact of the burst, not a limit) and the pool's, holds there,
+    # spacing requests evenly:
+    assert r.clean(3.7, 4.0, W, 3.0) is KEEP
+    assert r.clean(3.7, 1.0 + W, W, 3.0) is None  # a window later, dropped
+
+
 # -- attribution ------------------------------------------------------------
 
 

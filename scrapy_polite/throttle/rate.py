@@ -235,7 +235,10 @@ class RateSearch:
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
-            return None
+            # Past what the pool sends the rate limits nothing: dropped, unless a host-wide limit
+            # was met within the window. It then stays just above the pool's rate, which it spaces
+            # evenly: at a cap with little burst, requests the spacing happens to bunch are 429s.
+            return None if now - self.last_limited >= window else KEEP
         # Slow-start steps before any limit is found, and again once a probe got a step past
         # the ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
         risen = self.probing and self.ceiling is not None and rate > self.ceiling * (1 + STEP / 2)
