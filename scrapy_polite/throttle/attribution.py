@@ -86,6 +86,11 @@ class Attribution:
             self.first_clean.append((now, sent))
         self._expire(now, window)
 
+    def limited_elsewhere(self, at: float) -> None:
+        """Another process sharing the host got a host-wide signal at *at*: for all this one
+        knows, on a first request (so first requests answered cleanly here prove nothing)."""
+        self.first_limited = max(self.first_limited, at)
+
     def _expire(self, now: float, window: float) -> None:
         for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean):
             while q and q[0][0] < now - window:

@@ -32,7 +32,7 @@ from scrapy_polite.gate.state import same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
-from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
+from scrapy_polite.throttle.rate import KEEP, SAME_EVENT, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import SpacingEstimator
 
 if TYPE_CHECKING:
@@ -47,9 +47,6 @@ DELAY_CEILING = 4.0
 MIN_INTERVAL = 0.02
 #: A challenge page cuts the host rate by this factor (a 429 by a search step).
 CHALLENGE_FACTOR = 0.5
-#: A shared host signal read back within this many seconds of this process's own is its own
-#: (the shared state's clock, converted to this process's, is that close).
-OWN_SIGNAL = 0.5
 
 
 @dataclass(slots=True)
@@ -160,6 +157,7 @@ class ThrottlePolicy:
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
         spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False, back=cfg.adaptive))
         interval = gate.host(host).interval
+        p.attribution.limited_elsewhere(self._foreign_signal(p, host))
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
             spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
@@ -395,6 +393,12 @@ class ThrottlePolicy:
         self.gate.signal_host(host)
         p.host_signalled = now
 
+    def _foreign_signal(self, p: _HostPolicy, host: str) -> float:
+        """When another process sharing *host* last got a host-wide signal from it (-inf: never): one
+        read back from the shared state within ``SAME_EVENT`` of this process's own is its own."""
+        last = self.gate.last_signal(host)
+        return last if last > p.host_signalled + SAME_EVENT else -math.inf
+
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
         """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
         h = self.gate.host(host)
@@ -408,9 +412,7 @@ class ThrottlePolicy:
             return []
         window = self.config.recovery_window
         fast = self.config.adaptive
-        last = self.gate.last_signal(host)
-        fleet_held = last > p.host_signalled + OWN_SIGNAL and now - last < p.rate.hold(window, fast)
-        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), fleet_held, fast)
+        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), self._foreign_signal(p, host), fast)
         if new is KEEP:
             return []
         return [self._set_rate(p, host, new, now)]  # type: ignore[arg-type]

@@ -36,6 +36,9 @@ MIN_ANSWERS = 10
 #: limit costs a 429); each probe that meets the same ceiling doubles it, up to
 #: ``POLITE_RECOVERY_WINDOW`` (the hold without adaptive mode).
 HOLD_FIRST = 3.0
+#: Times read from a shared state (``POLITE_STATE``) within this many seconds of one seen
+#: here are the same event: converted to this process's clock, they are that close.
+SAME_EVENT = 0.5
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -212,15 +215,20 @@ class RateSearch:
         return new
 
     def clean(self, rate: float, now: float, window: float, pool_rate: float,
-              fleet_held: bool = False, fast: bool = True) -> float | None | _Keep:
-        """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits nothing)."""
+              fleet_signal: float = -math.inf, fast: bool = True) -> float | None | _Keep:
+        """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits
+        nothing; *fleet_signal*: when another process sharing the host last met a host-wide limit)."""
         if now - self.last_limited < RUN:
             return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate
         self.fail_streak = 0
         hold = self.hold(window, fast)
-        if self.bad is None and fleet_held:
-            return KEEP  # another process sharing the host rate just stepped it down
+        if (now - fleet_signal < hold and fleet_signal > self.cut + SAME_EVENT
+                and (self.bad is not None or self.ceiling is not None)):
+            # Another process met the limit within the hold, and its cut was undone by a third before
+            # this one saw it (a cut seen here holds this search under the rate cut from): hold. Before
+            # any limit is found, a first burst holds nothing here, as it holds nothing there.
+            return KEEP
         if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
             if not self.bad_found and self.ceiling is None:
                 # Only a burst sent with no host rate failed there: a first burst goes out
