@@ -504,6 +504,23 @@ def test_only_host_wide_signals_hold_the_other_processes_host_rate() -> None:
     assert shared == ["a"]
 
 
+@pytest.mark.parametrize("elsewhere", [False, True])
+def test_another_processs_host_signal_keeps_first_requests_from_pointing_at_the_ips(elsewhere: bool) -> None:
+    # Four IPs' first requests went through here; another process sharing the host may have had
+    # its own first requests limited (its host signal says so much): the rule has no ground there.
+    p, gate, ft, changes = policy(True)
+    gate.signal_host = lambda host: None
+    gate.last_signal = lambda host: ft.now - 0.2 if elsewhere else -math.inf
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for _ in range(4):
+        ft.advance(0.2)
+        gate.host("a").grants += 1
+        p.ok("a", 200, granted_at=ft.now - 0.1)
+    ft.advance(0.2)
+    p.rate_limited("a", eps[0], 2.0, gap=1.0, slack=0.5, granted_at=ft.now - 0.1)
+    assert ("first requests" in changes[-1][4]["why"]) is not elsewhere
+
+
 def test_a_host_signal_read_back_from_the_shared_state_is_this_processs_own_and_holds_nothing() -> None:
     # Through Redis a process reads its own host signal back (on its clock, a moment later). Taken
     # for another process's, it held this process's climb for a whole hold: one process through
