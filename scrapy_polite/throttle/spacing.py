@@ -55,7 +55,7 @@ class SpacingEstimator:
         it, take its step as this estimator's own. Gaps drawn from the older band narrow nothing
         (so a fleet narrows a step per spacing, as one process does), and a raise means that
         process met the limit just under the new band: this one does not narrow below it
-        either, and holds it as after a raise of its own. Returns whether the band had moved."""
+        either. Returns whether the band had moved."""
         old = self.seen
         if old is not None and (band == old or same(band, old)):
             return False  # the same band, as Redis rounds it
@@ -65,8 +65,6 @@ class SpacingEstimator:
         self.changed = max(self.changed, since)
         if band[0] > old[0]:
             self.bad_gap = max(self.bad_gap, band[0] / (1 + MARGIN))
-            self.raised_at = max(self.raised_at, since)
-            self.raises += 1
         return True
 
     def clean(self, gap: float, now: float, window: float) -> None:
