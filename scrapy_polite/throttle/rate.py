@@ -223,12 +223,8 @@ class RateSearch:
         self.good = rate
         self.fail_streak = 0
         hold = self.hold(window, fast)
-        if (now - fleet_signal < hold and fleet_signal > self.cut + SAME_EVENT
-                and (self.bad is not None or self.ceiling is not None)):
-            # Another process met the limit within the hold, and its cut was undone by a third before
-            # this one saw it (a cut seen here holds this search under the rate cut from): hold. Before
-            # any limit is found, a first burst holds nothing here, as it holds nothing there.
-            return KEEP
+        if self.bad is None and now - fleet_signal < hold:
+            return KEEP  # another process sharing the host rate just stepped it down
         if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
             if not self.bad_found and self.ceiling is None:
                 # Only a burst sent with no host rate failed there: a first burst goes out
