@@ -50,6 +50,13 @@ class Changes:
         spacing = [e["to"] for h, events, _ in self.seen if h == host for e in events if e["change"] == "spacing"]
         return spacing[-1] if spacing else None
 
+    def found_spacing(self, host: str) -> list[float] | None:
+        """The band the last per-IP signal raised the spacing to: the limit as last found (a later
+        narrowing may be a re-probe under it, once a clean window eased the failing gap's memory)."""
+        spacing = [e["to"] for h, events, ev in self.seen if h == host and ev.get("blame") == "per-ip"
+                   for e in events if e["change"] == "spacing"]
+        return spacing[-1] if spacing else None
+
 
 async def adaptive_crawl(sb: Any, names: str = "a", **settings: Any) -> tuple[Any, Changes]:
     """One adaptive crawl of the sandbox's sites *names*, with the throttle's decisions."""
@@ -136,10 +143,12 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
     assert changes.concurrency_cuts_on_per_ip_signals() == 0
     t0 = min(e["t_start"] for e in log)
     for name, (rate, _) in limits.items():
-        spacing = changes.last_spacing(host_of(sb, name))
+        found, spacing = changes.found_spacing(host_of(sb, name)), changes.last_spacing(host_of(sb, name))
         per_ip = 1 / rate
-        if spacing is not None:  # the slow host's spacing rises to its limit, the others' stay near theirs
-            assert spacing[0] >= per_ip * 0.9, (name, spacing)
+        # The slow host's spacing rises to its limit, the others' stay near theirs.
+        if found is not None:
+            assert found[0] >= per_ip * 0.9, (name, found)
+        if spacing is not None:
             assert spacing[0] <= max(per_ip * 1.6, 1.7), (name, spacing)
         site_log = [e for e in log if e["site"] == name]
         assert statuses(site_log).get(429, 0) <= 0.2 * len(site_log), name
