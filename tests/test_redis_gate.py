@@ -495,17 +495,24 @@ async def test_a_host_wide_signal_is_seen_by_every_process_and_a_cooldown_alone_
     a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2)
     lease, _ = await granted(b.acquire("h"))
     b.release(lease)
-    assert b.last_signal("h") == float("-inf")
+    assert b.last_signal("h").at == float("-inf")
     a.cool_endpoint(next(iter(a.endpoints)), "h", 0.2)  # a per-IP 429: the IP's spacing answers for it
     await settle()
     lease, _ = await granted(b.acquire("h"))
-    assert b.last_signal("h") == float("-inf")
+    assert b.last_signal("h").at == float("-inf")
     b.release(lease)
-    a.signal_host("h")  # a 429 from h blamed on the host, seen in a only
+    a.signal_host("h", 2.75, True)  # a 429 from h blamed on the host at 2.75 req/s, seen in a only
     signalled = time.monotonic()
     await settle()
-    lease, _ = await granted(b.acquire("h"))  # the next grant attempt brings the time along
-    assert abs(b.last_signal("h") - signalled) < 0.2
+    lease, _ = await granted(b.acquire("h"))  # the next grant attempt brings the time and the rate along
+    seen = b.last_signal("h")
+    assert abs(seen.at - signalled) < 0.2 and seen.failed == 2.75 and seen.found
+    b.release(lease)
+    a.signal_host("h")  # a later one whose rate a could not say: the old rate is not passed off as its
+    await settle()
+    lease, _ = await granted(b.acquire("h"))
+    later = b.last_signal("h")
+    assert later.at > seen.at and later.failed is None and not later.found
     b.release(lease)
     await stop(a, b)
 

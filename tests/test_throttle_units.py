@@ -7,6 +7,7 @@ import math
 import pytest
 from test_units import config, make_gate
 
+from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
@@ -482,7 +483,7 @@ def test_only_host_wide_signals_hold_the_other_processes_host_rate() -> None:
     # climb after one. A per-IP 429 (the IP's spacing answers for it) must not stop the fleet's rate.
     p, gate, ft, _ = policy(True)
     shared: list[str] = []
-    gate.signal_host = shared.append
+    gate.signal_host = lambda host, failed=None, found=False: shared.append(host)
     ep = next(iter(gate.endpoints.values())).endpoint
     p.ok("a", 200, gap=2.0, granted_at=ft.now)
     p.rate_limited("a", ep, 2.0, gap=1.0, slack=0.0, granted_at=ft.now)  # per-IP: shorter than a clean gap
@@ -498,8 +499,8 @@ def test_another_processs_host_signal_keeps_first_requests_from_pointing_at_the_
     # Four IPs' first requests went through here; another process sharing the host may have had
     # its own first requests limited (its host signal says so much): the rule has no ground there.
     p, gate, ft, changes = policy(True)
-    gate.signal_host = lambda host: None
-    gate.last_signal = lambda host: ft.now - 0.2 if elsewhere else -math.inf
+    gate.signal_host = lambda host, failed=None, found=False: None
+    gate.last_signal = lambda host: HostSignal(ft.now - 0.2) if elsewhere else NO_SIGNAL
     eps = [st.endpoint for st in gate.endpoints.values()]
     for _ in range(4):
         ft.advance(0.2)
@@ -516,8 +517,8 @@ def test_a_host_signal_read_back_from_the_shared_state_is_this_processs_own_and_
     # Redis sat at 2.14 req/s for 13 s under a 3 req/s cap after its first burst.
     p, gate, ft, _ = policy(False, POLITE_HOST_PAUSE_ENDPOINTS=2)
     signals: list[float] = []
-    gate.signal_host = lambda host: signals.append(ft.now)
-    gate.last_signal = lambda host: signals[-1] + 0.05 if signals else -math.inf
+    gate.signal_host = lambda host, failed=None, found=False: signals.append(ft.now)
+    gate.last_signal = lambda host: HostSignal(signals[-1] + 0.05) if signals else NO_SIGNAL
     eps = [st.endpoint for st in gate.endpoints.values()]
     p.ok("a", 200)
     ft.advance(2.0)
@@ -715,6 +716,36 @@ def test_a_cut_elsewhere_from_the_known_ceiling_doubles_the_hold_here_as_a_probe
     assert r.follow(1.5, 20.0) and r.confirmed == 1  # a cut from far under it is no probe of it
 
 
+def test_a_failure_another_process_met_is_held_under_as_this_searchs_own_and_a_newer_own_one_stays() -> None:
+    r = RateSearch()
+    r.follow(2.0, 0.0)
+    r.learn(3.0, True, 1.0)  # another process met the cap at 3 req/s
+    assert r.bad == 3.0 and r.bad_found and r.last_limited == 1.0
+    assert r.clean(2.8, 2.0, W, math.inf, fast=False) is KEEP  # a step under it: hold
+    assert r.clean(2.5, 2.5, W, math.inf, fast=False) == pytest.approx(2.75)  # further under: climb
+    r.limited(Signal(2.9, 2.9, False, 0.5), 5.0)  # a failure of its own, later
+    own = r.bad
+    r.learn(1.5, True, 4.0)  # older than this search's own: nothing
+    assert r.bad == own
+    r.learn(1.5, False, 6.0)  # newer: taken, with what it says of the limit
+    assert r.bad == 1.5 and not r.bad_found
+    r.bad = 2.0
+    r.learn(1.5, False, 6.0)  # the same signal, seen again: taken once
+    assert r.bad == 2.0
+
+
+def test_a_rate_past_the_pool_stays_through_the_window_after_a_limit_met_elsewhere() -> None:
+    # A fleet's host rate above what the pool sends: the process that met the cap keeps it through
+    # the window (see rate.clean); one that only followed the cut must not drop it at the hold's end.
+    r = RateSearch()
+    r.follow(5.0, 0.0)
+    r.follow(4.6, 1.0)  # another process cut from 5 req/s ...
+    r.learn(5.0, True, 1.0)  # ... and said so
+    after_hold = 1.0 + r.hold(W) + 0.1
+    assert r.clean(4.6, after_hold, W, 3.0) is KEEP
+    assert r.clean(4.6, 1.0 + W + 0.1, W, 3.0) is None  # a window later, it limits nothing
+
+
 def shared_host_policies(n: int = 2):
     """*n* throttles on one gate: a fleet whose host rate is one shared value, as through Redis."""
     cfg = config(POLITE_ADAPTIVE=True, POLITE_RECOVERY_WINDOW=20)
@@ -805,3 +836,36 @@ def test_an_answer_granted_under_a_rate_another_process_set_climbs_from_it() -> 
     ft.advance(0.5)
     b.ok("a", 200, gap=2.0, granted_at=granted)  # b's first look at the new rate
     assert gate.host("a").interval < stepped
+
+
+def shared_signals(gate, ft) -> list[HostSignal]:
+    """The fleet's host signals through one store, as Redis keeps them, each at its time on *ft*."""
+    store = [NO_SIGNAL]
+    gate.signal_host = lambda host, failed=None, found=False: store.append(HostSignal(ft.now, failed, found))
+    gate.last_signal = lambda host: store[-1]
+    return store
+
+
+def test_a_process_that_saw_no_429_climbs_with_the_one_whose_first_burst_failed() -> None:
+    # Four processes through Redis, defaults, 3 req/s cap: one process's first burst set the shared
+    # rate to half what it measured, and the others, knowing only when, held the fleet's climb for a
+    # whole recovery window (4 / 1 process: 0.77). Knowing the rate that failed, they climb as it does.
+    cfg = config(POLITE_ADAPTIVE=False, POLITE_RECOVERY_WINDOW=20, POLITE_HOST_PAUSE_ENDPOINTS=2)
+    gate, ft = make_gate(n=8, host_concurrency=cfg.host_concurrency, delay=cfg.delay)
+    a, b = ThrottlePolicy(cfg, gate, clock=ft.clock), ThrottlePolicy(cfg, gate, clock=ft.clock)
+    store = shared_signals(gate, ft)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    a.ok("a", 200)
+    b.ok("a", 200)
+    ft.advance(2.0)
+    gate.host("a").grants += 8  # a first burst of 4 req/s
+    for ep in eps[:2]:
+        a.rate_limited("a", ep, 2.0, granted_at=ft.now)
+    assert 1 / gate.host("a").interval == pytest.approx(2.0)
+    assert store[-1].failed == pytest.approx(4.0) and not store[-1].found
+    ft.advance(2.5)
+    for _ in range(12):  # only b's answers: a sends nothing more
+        ft.advance(0.5)
+        b.ok("a", 200, granted_at=ft.now - 0.1)
+    assert 1 / gate.host("a").interval > 4.4  # climbed past the burst's rate, as a would have
+

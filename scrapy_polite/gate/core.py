@@ -18,8 +18,10 @@ from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost
 from scrapy_polite.gate.backoff import endpoint_backoff
 from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.state import (
+    NO_SIGNAL,
     REMOVED,
     EndpointState,
+    HostSignal,
     HostState,
     Lease,
     RemovalGrace,
@@ -143,11 +145,11 @@ class GateCore:
         h = self._hosts.get(host)
         return h.load if h else 0
 
-    def last_signal(self, host: str) -> float:
-        """When another process last got a host-wide rate signal from *host* (never, for one process)."""
-        return -math.inf
+    def last_signal(self, host: str) -> HostSignal:
+        """Another process's last host-wide rate signal from *host* (none, for one process)."""
+        return NO_SIGNAL
 
-    def signal_host(self, host: str) -> None:
+    def signal_host(self, host: str, failed: float | None = None, found: bool = False) -> None:
         """A host-wide rate signal from *host*: one process's throttle knows its own, nothing to share."""
 
     def endpoint_usable(self, st: EndpointState) -> bool:

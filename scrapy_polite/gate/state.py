@@ -6,6 +6,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from twisted.internet.defer import Deferred
 
@@ -13,6 +14,21 @@ from scrapy_polite.pool.endpoints import Endpoint
 
 #: Why a session leaves an endpoint that was taken out of the proxies file.
 REMOVED = "endpoint removed from the pool"
+
+
+class HostSignal(NamedTuple):
+    """A host's last host-wide rate signal in a fleet sharing its state: when, and the total rate
+    it met, so every process holds where the one that failed does."""
+
+    #: When, on this process's clock (-inf: never).
+    at: float = -math.inf
+    #: The total rate (req/s) the host refused then, when the process that got it knew one.
+    failed: float | None = None
+    #: Whether that rate was a host rate in force (else what a burst with none measured).
+    found: bool = False
+
+
+NO_SIGNAL = HostSignal()
 
 
 @dataclass

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from scrapy_polite.gate.state import same
+from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
@@ -157,7 +157,7 @@ class ThrottlePolicy:
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
         spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False, back=cfg.adaptive))
         interval = gate.host(host).interval
-        p.attribution.limited_elsewhere(self._foreign_signal(p, host))
+        p.attribution.limited_elsewhere(self._foreign_signal(p, host).at)
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
             spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
@@ -189,13 +189,13 @@ class ThrottlePolicy:
         """
         gate, now = self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
-        self._share_signal(p, host, now)
         h = gate.host(host)
         current = 1 / h.interval if h.interval > 0 else sent
         changes: list[str] = []
         if current > 0:
             p.rate.bad, p.rate.bad_found, p.rate.good = current, True, None
             changes.append(self._set_rate(p, host, current * CHALLENGE_FACTOR, now))
+        self._share_signal(p, host, now)
         changes += self._cut_concurrency(p, host, now)
         evidence = {"status": "challenge", "retry_after": round(delay, 3), "blame": HOST,
                     "why": "challenge page", "sent": round(sent, 3), "endpoint": endpoint.label,
@@ -364,7 +364,6 @@ class ThrottlePolicy:
         cfg, gate = self.config, self.gate
         h = gate.host(host)
         changes: list[str] = []
-        self._share_signal(p, host, now)
         p.recent.append((now, endpoint.key))
         while p.recent and p.recent[0][0] < now - cfg.host_pause_window:
             p.recent.popleft()
@@ -378,6 +377,7 @@ class ThrottlePolicy:
             new = p.rate.limited(signal, now)
             if new is not KEEP:
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
+        self._share_signal(p, host, now)
         # In adaptive mode a host rate in force (set just now if none was) answers for a
         # host-wide limit: the rate search steps it down, a pause on top only costs pages.
         if wide and gate.host(host).paused_until < now and not (cfg.adaptive and gate.host(host).interval > 0):
@@ -389,21 +389,25 @@ class ThrottlePolicy:
         return changes + rate
 
     def _share_signal(self, p: _HostPolicy, host: str, now: float) -> None:
-        """Tell the processes sharing *host* of a host-wide signal: they hold their host-rate climb."""
-        self.gate.signal_host(host)
+        """Tell the processes sharing *host* of a host-wide signal, with the rate that failed (once
+        the rate search has weighed it): they hold under it as this one does."""
+        self.gate.signal_host(host, p.rate.bad, p.rate.bad_found)
         p.host_signalled = now
 
-    def _foreign_signal(self, p: _HostPolicy, host: str) -> float:
-        """When another process sharing *host* last got a host-wide signal from it (-inf: never): one
-        read back from the shared state within ``SAME_EVENT`` of this process's own is its own."""
+    def _foreign_signal(self, p: _HostPolicy, host: str) -> HostSignal:
+        """Another process's last host-wide signal from *host* (``NO_SIGNAL``: none): one read back
+        from the shared state within ``SAME_EVENT`` of this process's own is its own."""
         last = self.gate.last_signal(host)
-        return last if last > p.host_signalled + SAME_EVENT else -math.inf
+        return last if last.at > p.host_signalled + SAME_EVENT else NO_SIGNAL
 
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
-        """Take a host-rate or spacing change another process sharing the host made as this policy's own."""
+        """Take a host-rate or spacing change, or a failure, another process sharing the host met as this policy's own."""
         h = self.gate.host(host)
         p.rate.follow(1 / h.interval if h.interval > 0 else None, min(now, h.interval_since))
         p.spacing.follow(h.delay, min(now, h.delay_since))
+        signal = self._foreign_signal(p, host)
+        if signal.failed is not None:
+            p.rate.learn(signal.failed, signal.found, min(now, signal.at))
 
     def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """A clean answer sent at the current host rate: climb, or hold below the last failure."""
@@ -412,7 +416,9 @@ class ThrottlePolicy:
             return []
         window = self.config.recovery_window
         fast = self.config.adaptive
-        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), self._foreign_signal(p, host), fast)
+        signal = self._foreign_signal(p, host)
+        unknown = signal.at if signal.failed is None else -math.inf  # a known rate that failed is learnt
+        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), unknown, fast)
         if new is KEEP:
             return []
         return [self._set_rate(p, host, new, now)]  # type: ignore[arg-type]

@@ -67,7 +67,8 @@ class RateSearch:
     """One host's search for its host-wide limit."""
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
-                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut")
+                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
+                 "learned")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -100,6 +101,8 @@ class RateSearch:
         #: The host rate (req/s, None: none) this search last set or saw in force: another
         #: process sharing the host (``POLITE_STATE``) may have moved it since.
         self.seen: float | None = None
+        #: When the last failure another process met (``learn``) was taken here.
+        self.learned = -math.inf
 
     # -- measurements ------------------------------------------------------
 
@@ -160,6 +163,17 @@ class RateSearch:
                 self.ceiling = old
         return True
 
+    def learn(self, failed: float, found: bool, at: float) -> None:
+        """Another process sharing the host met its limit at the total rate *failed* at *at* (*found*:
+        a host rate in force, else what a burst with none measured): hold under it as under a
+        failure of this search's own, so each process of a fleet holds, and then climbs, where the
+        one that failed does. A failure of this search's own since is newer, and stays."""
+        if at <= self.learned or at <= self.last_limited:
+            return
+        self.learned = self.last_limited = at
+        self.bad, self.bad_found, self.forgiven, self.probing = failed, found, False, False
+        self.good, self.fail_streak = None, 0
+
     def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
         self.last_limited = now
@@ -217,7 +231,8 @@ class RateSearch:
     def clean(self, rate: float, now: float, window: float, pool_rate: float,
               fleet_signal: float = -math.inf, fast: bool = True) -> float | None | _Keep:
         """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits
-        nothing; *fleet_signal*: when another process sharing the host last met a host-wide limit)."""
+        nothing; *fleet_signal*: when another process sharing the host last met a host-wide limit
+        at a rate it could not say, see ``learn`` for one it could)."""
         if now - self.last_limited < RUN:
             return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate

@@ -28,7 +28,17 @@ from scrapy_polite.gate.core import GateCore
 from scrapy_polite.gate.redis import scripts as redis_scripts
 from scrapy_polite.gate.redis.fence import WriteFence
 from scrapy_polite.gate.redis.state import Keys, async_client, endpoint_id, import_redis, mask_url
-from scrapy_polite.gate.state import EndpointState, HostState, Lease, SessionState, Waiter, lost_message, same
+from scrapy_polite.gate.state import (
+    NO_SIGNAL,
+    EndpointState,
+    HostSignal,
+    HostState,
+    Lease,
+    SessionState,
+    Waiter,
+    lost_message,
+    same,
+)
 from scrapy_polite.pool.endpoints import Endpoint
 from scrapy_polite.settings.config import HOST_TTL, PIN_TTL
 
@@ -145,7 +155,7 @@ class RedisGate(GateCore):
         self._ids: dict[str, str] = {}
         self._by_id: dict[str, str] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
-        self._signals: dict[str, float] = {}
+        self._signals: dict[str, HostSignal] = {}
         # The host values this process changed, so a grant read before a change reached Redis
         # cannot bring the old value back here (the throttle takes a value that moved as
         # another process's step).
@@ -185,18 +195,20 @@ class RedisGate(GateCore):
     def _new_token(self) -> str:
         return secrets.token_hex(8)
 
-    def last_signal(self, host: str) -> float:
-        """When (this process's clock) any process last got a host-wide rate signal from *host*, as last seen."""
-        return self._signals.get(host, -math.inf)
+    def last_signal(self, host: str) -> HostSignal:
+        """Any process's last host-wide rate signal from *host*, as last seen (its time on this process's clock)."""
+        return self._signals.get(host, NO_SIGNAL)
 
-    def signal_host(self, host: str) -> None:
-        """A host-wide rate signal from *host*: every process learns when, and holds its host-rate climb.
+    def signal_host(self, host: str, failed: float | None = None, found: bool = False) -> None:
+        """A host-wide rate signal from *host*, met at the total rate *failed* (req/s, when known;
+        *found*: a host rate in force): every process learns when and where, and holds under it.
 
         A per-IP signal is not one: the IP's spacing answers for it, and the host rate may climb on.
         """
-        self._signals[host] = self._clock()
+        self._signals[host] = HostSignal(self._clock(), failed, found)
         key = self.keys.host(host)
-        self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl]))
+        rate = "" if failed is None else repr(float(failed))
+        self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl, rate, "1" if found else "0"]))
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -590,7 +602,9 @@ class RedisGate(GateCore):
         redis_now = self._seen = r.host.now
         self._mirror(h, host, r.host, now, asked)
         if r.signal:
-            self._signals[host] = max(self._signals.get(host, -math.inf), now - (redis_now - float(r.signal)))
+            at = now - (redis_now - float(r.signal))
+            if at > self._signals.get(host, NO_SIGNAL).at:
+                self._signals[host] = HostSignal(at, r.signal_rate, r.signal_found)
         self._mirror_health(r.health, redis_now, now)
         wait = max(0.0, r.at - redis_now)
         if code == "grace" and r.at > self._grace_until:

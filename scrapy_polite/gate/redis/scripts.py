@@ -62,6 +62,8 @@ class AcquireReply(NamedTuple):
     host: HostReply
     health: list[str]  # (endpoint id, failures, unhealthy until), flattened
     signal: str  # the host's last rate signal ('' = none)
+    signal_rate: float | None  # the total rate it met (None: not known)
+    signal_found: bool  # whether a host rate in force
 
 
 def acquire_args(candidates: list[str], **named: Any) -> list[Any]:
@@ -72,10 +74,11 @@ def acquire_args(candidates: list[str], **named: Any) -> list[Any]:
 
 
 def parse_acquire(reply: list[Any]) -> AcquireReply:
-    code, ep_id, at, state, health, signal = reply
+    code, ep_id, at, state, health, (signal, rate, found) = reply
     values = [float(v) for v in state] + [-1.0] * (len(HostReply._fields) - len(state))
     host = HostReply(*values)._replace(limit=int(values[1]), inflight=int(values[7]), grants=int(values[8]))
-    return AcquireReply(str(code), str(ep_id), float(at), host, list(health), str(signal))
+    return AcquireReply(str(code), str(ep_id), float(at), host, list(health), str(signal),
+                        float(rate) if rate else None, found == "1")
 
 
 def source(name: str) -> str:

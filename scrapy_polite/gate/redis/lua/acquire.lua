@@ -12,7 +12,7 @@
 -- slack (how long its spacing had let it go before this request) are -1 when none is
 -- remembered, and only sent on a grant. Health lists (id, failures, unhealthy_until) of every
 -- endpoint the script looked at, for the process's health mirror; signal is the host's last
--- rate signal from any process ('' = none).
+-- rate signal from any process: {time, rate, found} ('' = none or not known).
 local p, host, session, token = A.prefix, A.host, A.session, A.token
 local ttl, epc = tonumber(A.ttl), tonumber(A.endpoint_concurrency)
 local maxf, backoff_max = tonumber(A.max_failures), tonumber(A.backoff_max)
@@ -38,7 +38,8 @@ local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostr
 -- Health of every endpoint looked at, so each process's mirror follows the shared counts.
 local seen, seen_at = {}, {}
 local function reply(code, id, at)
-  return {code, id or '', tostring(at or now), state, seen, redis.call('HGET', hk, 'last_signal') or ''}
+  local sig = redis.call('HMGET', hk, 'last_signal', 'signal_rate', 'signal_found')
+  return {code, id or '', tostring(at or now), state, seen, {sig[1] or '', sig[2] or '', sig[3] or ''}}
 end
 if grace > now then return reply('grace', '', grace) end
 if paused > now then return reply('paused', '', paused) end
