@@ -734,6 +734,19 @@ def test_a_failure_another_process_met_is_held_under_as_this_searchs_own_and_a_n
     assert r.bad == 2.0
 
 
+def test_what_a_signal_met_is_shared_even_when_this_search_takes_it_for_noise() -> None:
+    # A failure under the ceiling is forgiven once per hold here (``bad`` stays above it), but the
+    # rate was cut: shared as the higher ``bad``, it let another process climb back past the rate
+    # that had just failed (four processes, adaptive, 3 req/s cap: 3.91 shared for a 429 at 3.12).
+    r = RateSearch()
+    r.follow(3.91, 0.0)
+    r.limited(Signal(3.91, 3.91, False, 0.5), 1.0)
+    assert r.met == (3.91, True)
+    r.follow(3.125, 2.0)
+    r.limited(Signal(3.125, 3.125, False, 0.5), 3.0)
+    assert r.bad == 3.91 and r.met == (3.125, True)
+
+
 def test_a_rate_past_the_pool_stays_through_the_window_after_a_limit_met_elsewhere() -> None:
     # A fleet's host rate above what the pool sends: the process that met the cap keeps it through
     # the window (see rate.clean); one that only followed the cut must not drop it at the hold's end.

@@ -194,6 +194,7 @@ class ThrottlePolicy:
         changes: list[str] = []
         if current > 0:
             p.rate.bad, p.rate.bad_found, p.rate.good = current, True, None
+            p.rate.met = (current, True)
             changes.append(self._set_rate(p, host, current * CHALLENGE_FACTOR, now))
         self._share_signal(p, host, now)
         changes += self._cut_concurrency(p, host, now)
@@ -389,9 +390,10 @@ class ThrottlePolicy:
         return changes + rate
 
     def _share_signal(self, p: _HostPolicy, host: str, now: float) -> None:
-        """Tell the processes sharing *host* of a host-wide signal, with the rate that failed (once
-        the rate search has weighed it): they hold under it as this one does."""
-        self.gate.signal_host(host, p.rate.bad, p.rate.bad_found)
+        """Tell the processes sharing *host* of a host-wide signal, with the rate it met (once the
+        rate search has weighed it): they hold under it."""
+        failed, found = p.rate.met or (None, False)
+        self.gate.signal_host(host, failed, found)
         p.host_signalled = now
 
     def _foreign_signal(self, p: _HostPolicy, host: str) -> HostSignal:

@@ -68,7 +68,7 @@ class RateSearch:
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
                  "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
-                 "learned")
+                 "learned", "met")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -103,6 +103,10 @@ class RateSearch:
         self.seen: float | None = None
         #: When the last failure another process met (``learn``) was taken here.
         self.learned = -math.inf
+        #: The total rate the last host-wide signal here met, and whether at a host rate in force
+        #: (``bad`` may stay above it: one signal under a ceiling per hold is noise): what the
+        #: other processes sharing the host hold under.
+        self.met: tuple[float, bool] | None = None
 
     # -- measurements ------------------------------------------------------
 
@@ -199,6 +203,7 @@ class RateSearch:
         else:
             return KEEP
         provisional, self.provisional = self.provisional, False
+        self.met = (failed, s.rate is not None)
         if s.rate is None:
             pass  # a burst with no host rate says little about where the limit is
         elif self.ceiling is None:
