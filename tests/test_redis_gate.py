@@ -493,12 +493,8 @@ async def test_the_orphans_list_is_bounded(redis_server) -> None:
 @on_asyncio
 async def test_a_host_wide_signal_is_seen_by_every_process_and_a_cooldown_alone_is_not_one(redis_server) -> None:
     a, b = gate(redis_server.url, n=2), gate(redis_server.url, n=2)
-    lease, _ = await granted(a.acquire("h"))
-    a.release(lease)
     lease, _ = await granted(b.acquire("h"))
     b.release(lease)
-    # The rate sent is measured from b's first grant: the fleet's count just before it.
-    assert b.host("h").grants == 2 and b.host("h").grants_from[1] == 1
     assert b.last_signal("h").at == float("-inf")
     a.cool_endpoint(next(iter(a.endpoints)), "h", 0.2)  # a per-IP 429: the IP's spacing answers for it
     await settle()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_units import config, granted, make_gate
+from test_units import config, make_gate
 
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
@@ -882,21 +882,3 @@ def test_a_process_that_saw_no_429_climbs_with_the_one_whose_first_burst_failed(
         b.ok("a", 200, granted_at=ft.now - 0.1)
     assert 1 / gate.host("a").interval > 4.4  # climbed past the burst's rate, as a would have
 
-
-
-def test_a_first_bursts_rate_is_measured_from_its_first_grant_not_from_its_first_answer() -> None:
-    # Without adaptive mode a host-wide 429 halves what was sent. A first burst goes out before any
-    # answer: counted from the first answer it read as a trickle, and the cut went far under the cap
-    # (a 3 req/s cap: 1 req/s, then twelve 10% steps back).
-    cfg = config(POLITE_ADAPTIVE=False, POLITE_RECOVERY_WINDOW=20, POLITE_HOST_PAUSE_ENDPOINTS=2)
-    gate, ft = make_gate(n=8, host_concurrency=8, delay=cfg.delay)
-    p = ThrottlePolicy(cfg, gate, clock=ft.clock)
-    leases = granted([gate.acquire("a") for _ in range(6)])
-    assert len(leases) == 6
-    ft.advance(0.1)
-    for lease in leases:
-        gate.release(lease)
-    p.ok("a", 200, granted_at=ft.now - 0.1)
-    for lease in leases[1:3]:
-        p.rate_limited("a", lease.endpoint, 2.0, granted_at=ft.now - 0.1)
-    assert 1 / gate.host("a").interval == pytest.approx(6 / 1.0 * 0.5)  # half of 6 grants over at least 1 s

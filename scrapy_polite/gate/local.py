@@ -382,8 +382,6 @@ class LocalGate(GateCore):
             self._idle.pop(key, None)
         else:
             self._idle.move_to_end(key)
-        if h.grants_from is None:
-            h.grants_from = (now, h.grants)
         h.grants += 1
         h.next_start = now + h.interval
         pair = self._pair(key, waiter.host)

@@ -119,9 +119,6 @@ class HostState:
     #: Requests granted to the host so far (by every process, for a shared gate):
     #: the throttle measures the rate actually sent from it.
     grants: int = 0
-    #: When this process first saw the host granted a request, and the count just before: the
-    #: throttle measures the rate sent from there (a first burst goes out before any answer).
-    grants_from: tuple[float, int] | None = None
     #: Since when this process has had the current spacing band and host interval in force
     #: (set here, or first read from a shared state): the throttle counts an answer toward a
     #: value only if its request was granted under it.

@@ -270,9 +270,7 @@ class ThrottlePolicy:
             if kept is not None:
                 restore(p, kept)
             h = self.gate.host(host)
-            # The rate sent is measured from the host's first grant here: its first answer comes
-            # after a first burst, which counted from then would read as a trickle.
-            p.rate.grants.append(h.grants_from or (now, h.grants))
+            p.rate.grants.append((now, h.grants))
             cfg, limits = self.config, self.config.host_limits(host)
             # Values another process sharing the host set: this one's answers so far were at older ones.
             p.spacing.seen = h.delay

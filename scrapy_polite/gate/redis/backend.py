@@ -600,7 +600,7 @@ class RedisGate(GateCore):
         code, ep_id = r.code, r.endpoint
         now = self._clock()
         redis_now = self._seen = r.host.now
-        self._mirror(h, host, r.host, now, asked, granted=code == "granted")
+        self._mirror(h, host, r.host, now, asked)
         if r.signal:
             at = now - (redis_now - float(r.signal))
             if at > self._signals.get(host, NO_SIGNAL).at:
@@ -664,10 +664,8 @@ class RedisGate(GateCore):
             if usable and not self.endpoint_usable(st):
                 self._after_health_change(key)
 
-    def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float, asked: float,
-                granted: bool = False) -> None:
-        """Refresh the throttle's view of *host* from the shared values (read when *asked*, with a grant
-        of this request when *granted*)."""
+    def _mirror(self, h: HostState, host: str, state: redis_scripts.HostReply, now: float, asked: float) -> None:
+        """Refresh the throttle's view of *host* from the shared values (read when *asked*)."""
         fresh = self._fence.fresh
         if fresh(host, "limit", asked):
             h.limit = state.limit
@@ -684,8 +682,6 @@ class RedisGate(GateCore):
             h.interval = state.interval
         h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
         h.grants = state.grants
-        if h.grants_from is None and granted:
-            h.grants_from = (asked, state.grants - 1)
 
     def _send_release(self, host: str, w: Waiter, ep_id: str) -> None:
         args = [self.keys.prefix, host, w.session or "", w.token, ep_id, self.keys.held(self.process_id),

@@ -92,7 +92,8 @@ class Keys:
         self.prefix = f"{namespace}:"
 
     def host(self, host: str) -> str:
-        """Hash: limit, delay band, min_delay, interval, next_start, paused_until, grants, last_signal;
+        """Hash: limit, delay band, min_delay, interval, next_start, paused_until, grants, last_signal
+        (with signal_rate, signal_found: the rate it met);
         lives ``POLITE_STATE_HOST_TTL`` after its last grant or change (a pause: at least to its end)."""
         return f"{self.prefix}h:{host}"
 
