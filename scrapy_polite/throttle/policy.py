@@ -32,7 +32,7 @@ from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
-from scrapy_polite.throttle.rate import KEEP, SAME_EVENT, STEP, RateSearch, Signal
+from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import SpacingEstimator
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ DELAY_CEILING = 4.0
 MIN_INTERVAL = 0.02
 #: A challenge page cuts the host rate by this factor (a 429 by a search step).
 CHALLENGE_FACTOR = 0.5
+#: What a host-rate step down gives up of the host's throughput.
+RATE_STEP_COST = 1 - 1 / (1 + STEP)
+#: A host signal read back from a shared state (``POLITE_STATE``) within this many seconds of one
+#: this process shared is its own: converted to this process's clock, the two are that close.
+OWN_SIGNAL = 0.5
 
 
 @dataclass(slots=True)
@@ -323,7 +328,7 @@ class ThrottlePolicy:
         raised = pool * min(1.0, mean / max(spacing, 1e-9))
         # A host-rate step that binds: from the rate in effect (a host rate above what the pool
         # sends would cost nothing to cut, and change nothing).
-        return max(0.0, 1 - min(raised, rate) / now_rate), 1 - 1 / (1 + STEP)
+        return max(0.0, 1 - min(raised, rate) / now_rate), RATE_STEP_COST
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
@@ -381,7 +386,7 @@ class ThrottlePolicy:
         self._share_signal(p, host, now)
         # In adaptive mode a host rate in force (set just now if none was) answers for a
         # host-wide limit: the rate search steps it down, a pause on top only costs pages.
-        if wide and gate.host(host).paused_until < now and not (cfg.adaptive and gate.host(host).interval > 0):
+        if wide and h.paused_until < now and not (cfg.adaptive and h.interval > 0):
             gate.pause_host(host, delay)
             p.recent.clear()
             changes.append(
@@ -398,9 +403,9 @@ class ThrottlePolicy:
 
     def _foreign_signal(self, p: _HostPolicy, host: str) -> HostSignal:
         """Another process's last host-wide signal from *host* (``NO_SIGNAL``: none): one read back
-        from the shared state within ``SAME_EVENT`` of this process's own is its own."""
+        from the shared state within ``OWN_SIGNAL`` of this process's own is its own."""
         last = self.gate.last_signal(host)
-        return last if last.at > p.host_signalled + SAME_EVENT else NO_SIGNAL
+        return last if last.at > p.host_signalled + OWN_SIGNAL else NO_SIGNAL
 
     def _follow_fleet(self, p: _HostPolicy, host: str, now: float) -> None:
         """Take a host-rate or spacing change, or a failure, another process sharing the host met as this policy's own."""

@@ -36,9 +36,6 @@ MIN_ANSWERS = 10
 #: limit costs a 429); each probe that meets the same ceiling doubles it, up to
 #: ``POLITE_RECOVERY_WINDOW`` (the hold without adaptive mode).
 HOLD_FIRST = 3.0
-#: Times read from a shared state (``POLITE_STATE``) within this many seconds of one seen
-#: here are the same event: converted to this process's clock, they are that close.
-SAME_EVENT = 0.5
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
