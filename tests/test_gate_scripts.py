@@ -24,10 +24,14 @@ def test_acquire_arguments_are_checked_by_name_and_the_reply_is_named() -> None:
     assert scripts.acquire_args(["e1", "e2"], **named) == [*range(len(named)), "e1", "e2"]
     with pytest.raises(TypeError, match="pair_memory"):
         scripts.acquire_args([], **{k: v for k, v in named.items() if k != "pair_memory"})
-    reply = scripts.parse_acquire(["host_full", "", "12.5", ["10", "2", "0.5", "1", "0", "0", "0", "2", "7"], [], ""])
+    state = ["10", "2", "0.5", "1", "0", "0", "0", "2", "7"]
+    reply = scripts.parse_acquire(["host_full", "", "12.5", state, [], ["", "", ""]])
     assert reply.code == "host_full" and reply.at == 12.5
     assert reply.host.limit == 2 and reply.host.inflight == 2 and reply.host.grants == 7
     assert reply.host.gap == -1.0 and scripts.finite(reply.host.slack) == float("inf")
+    assert reply.signal == "" and reply.signal_rate is None and not reply.signal_found
+    signalled = scripts.parse_acquire(["host_full", "", "12.5", state, [], ["11.0", "2.75", "1"]])
+    assert signalled.signal == "11.0" and signalled.signal_rate == 2.75 and signalled.signal_found
 
 
 def test_a_read_older_than_this_processs_change_is_not_mirrored() -> None:
