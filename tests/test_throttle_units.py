@@ -11,7 +11,7 @@ from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
-from scrapy_polite.throttle.rate import HOLD_FIRST, KEEP, START_STEP, STEP, RateSearch, Signal
+from scrapy_polite.throttle.rate import HOLD_FIRST, HOLD_WINDOWS, KEEP, START_STEP, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import HOLD, SpacingEstimator
 
 pytestmark = pytest.mark.once
@@ -110,17 +110,20 @@ def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> N
     assert r.clean(4.6, 1.0 + 2 * HOLD_FIRST + 0.1, W, math.inf) == pytest.approx(4.6 * 1.1)  # then probe
 
 
-def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_the_window() -> None:
+def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several_windows() -> None:
     r = RateSearch()
     holds = []
-    for t in range(6):
-        r.clean(4.0, 10.0 * t, W, math.inf)
-        r.limited(Signal(4.4, 4.4, False, 0.5), 10.0 * t + 1)
+    for t in range(7):
+        r.clean(4.0, 100.0 * t, W, math.inf)
+        r.limited(Signal(4.4, 4.4, False, 0.5), 100.0 * t + 1)
         holds.append(r.hold(W))
-    assert holds == [HOLD_FIRST * 2, HOLD_FIRST * 4, W, W, W, W]  # a steady limit: re-probed rarely
-    r.clean(4.0, 100.0, W, math.inf)
-    assert r.limited(Signal(4.4, 4.4, False, 0.5), 101.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
-    r.limited(Signal(2.0, 2.0, False, 0.5), 110.0)  # far below it: the limit moved
+    # A steady limit: re-probed more and more rarely (each probe is a 429), at most HOLD_WINDOWS windows apart.
+    assert holds == [HOLD_FIRST * 2, HOLD_FIRST * 4, HOLD_FIRST * 8, HOLD_FIRST * 16, W * HOLD_WINDOWS,
+                     W * HOLD_WINDOWS, W * HOLD_WINDOWS]
+    assert r.hold(W, fast=False) == W  # without adaptive mode: one window, always
+    r.clean(4.0, 1000.0, W, math.inf)
+    assert r.limited(Signal(4.4, 4.4, False, 0.5), 1001.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
+    r.limited(Signal(2.0, 2.0, False, 0.5), 1010.0)  # far below it: the limit moved
     assert r.moved and r.hold(W) == HOLD_FIRST
 
 

@@ -34,8 +34,13 @@ MIN_ANSWERS = 10
 #: Adaptive mode's first hold below a rate that failed, seconds, once the host's
 #: limit has been seen to move (twice this while it has not: each probe of a steady
 #: limit costs a 429); each probe that meets the same ceiling doubles it, up to
-#: ``POLITE_RECOVERY_WINDOW`` (the hold without adaptive mode).
+#: ``HOLD_WINDOWS`` recovery windows (half a window once the limit has moved; the hold
+#: without adaptive mode is one window).
 HOLD_FIRST = 3.0
+#: A steady limit, confirmed probe after probe, is re-probed at most this many
+#: ``POLITE_RECOVERY_WINDOW`` apart: each probe costs a 429, and the hold just under it
+#: gives up about 2% of the limit.
+HOLD_WINDOWS = 4
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -134,9 +139,12 @@ class RateSearch:
         return None
 
     def hold(self, window: float, fast: bool = True) -> float:
-        """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's short holds)."""
-        longest = window / (2 if self.moved else 1)
-        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved))) if fast else longest
+        """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's
+        holds, short at first and for a limit seen to move, growing while the same ceiling is met)."""
+        if not fast:
+            return window / (2 if self.moved else 1)
+        longest = window / 2 if self.moved else window * HOLD_WINDOWS
+        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved)))
 
     # -- steps -----------------------------------------------------------------
 
