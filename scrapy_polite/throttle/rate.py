@@ -70,7 +70,7 @@ class RateSearch:
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
                  "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
-                 "learned", "met")
+                 "met")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -103,8 +103,6 @@ class RateSearch:
         #: The host rate (req/s, None: none) this search last set or saw in force: another
         #: process sharing the host (``POLITE_STATE``) may have moved it since.
         self.seen: float | None = None
-        #: When the last failure another process met (``learn``) was taken here.
-        self.learned = -math.inf
         #: The total rate the last host-wide signal here met, and whether at a host rate in force
         #: (``bad`` may stay above it: one signal under a ceiling per hold is noise): what the
         #: other processes sharing the host hold under.
@@ -176,10 +174,11 @@ class RateSearch:
         """Another process sharing the host met its limit at the total rate *failed* at *at* (*found*:
         a host rate in force, else what a burst with none measured): hold under it as under a
         failure of this search's own, so each process of a fleet holds, and then climbs, where the
-        one that failed does. A failure of this search's own since is newer, and stays."""
-        if at <= self.learned or at <= self.last_limited:
+        one that failed does. A failure of this search's own since is newer, and stays; one taken
+        already is not taken again (both set ``last_limited``)."""
+        if at <= self.last_limited:
             return
-        self.learned = self.last_limited = at
+        self.last_limited = at
         self.bad, self.bad_found, self.forgiven, self.probing = failed, found, False, False
         self.good, self.fail_streak = None, 0
 
