@@ -547,3 +547,23 @@ async def test_a_host_rate_set_here_is_not_undone_by_a_grant_read_before_it_was_
     assert asked <= a.host("h").interval_since <= lease.granted_at
     a.release(lease)
     await stop(a, b)
+
+
+@on_asyncio
+async def test_a_lease_says_whether_the_shared_host_rate_held_its_request(redis_server) -> None:
+    """The shared host rate binds across processes: a request one process asks for right after
+    another process's grant is held by it, and its lease says so (a probe is judged by such requests)."""
+    a, b = gate(redis_server.url, n=2, namespace="held"), gate(redis_server.url, n=2, namespace="held", first=2)
+    a.set_host_interval("h", 1.0)
+    await settle()
+    lease, _ = await granted(a.acquire("h"))
+    assert not lease.rate_held  # nothing sent before it
+    a.release(lease)
+    lease, waited = await granted(b.acquire("h"))  # right after a's grant: the shared interval holds it
+    assert lease.rate_held and waited >= 0.5
+    b.release(lease)
+    await asyncio.sleep(1.2)
+    lease, _ = await granted(a.acquire("h"))  # long after the interval: not held
+    assert not lease.rate_held
+    a.release(lease)
+    await stop(a, b)

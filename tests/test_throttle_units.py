@@ -725,7 +725,7 @@ def test_a_failure_another_process_met_is_held_under_as_this_searchs_own_and_a_n
     r.learn(3.0, True, 1.0)  # another process met the cap at 3 req/s
     assert r.bad == 3.0 and r.bad_found and r.last_limited == 1.0
     assert r.clean(2.8, 2.0, W, math.inf, fast=False) is KEEP  # a step under it: hold
-    assert r.clean(2.5, 2.5, W, math.inf, fast=False) == pytest.approx(2.75)  # further under: climb
+    assert r.clean(2.5, 2.5, W, math.inf, fast=False) == pytest.approx(3.0 / 1.1)  # further under: climb to it
     r.limited(Signal(2.9, 2.9, False, 0.5), 5.0)  # a failure of its own, later
     own = r.bad
     r.learn(1.5, True, 4.0)  # older than this search's own: nothing
@@ -885,3 +885,44 @@ def test_a_process_that_saw_no_429_climbs_with_the_one_whose_first_burst_failed(
         b.ok("a", 200, granted_at=ft.now - 0.1)
     assert 1 / gate.host("a").interval > 4.4  # climbed past the burst's rate, as a would have
 
+
+
+def test_a_climb_never_lands_within_a_step_of_the_rate_that_failed_during_the_hold() -> None:
+    # Both limits binding, adaptive: a 429 at 3.04 req/s cut to the last clean rate, 2.76, a hair
+    # more than a step under it; a 10% climb then landed on 3.036 and drew the next 429 a second later.
+    r = RateSearch()
+    r.follow(2.76, 0.0)
+    r.good, r.ceiling = 2.76, 3.04
+    assert r.limited(Signal(3.04, 3.0, False, 0.5), 1.0) == pytest.approx(2.76)
+    assert r.clean(2.76, 2.0, W, math.inf) is KEEP  # a hair under the hold: at it
+    assert r.clean(2.6, 2.5, W, math.inf) == pytest.approx(3.04 / 1.1)  # from further under: up to it
+    assert r.clean(2.0, 3.0, W, math.inf) == pytest.approx(2.2)  # a full step where one fits
+    assert r.clean(2.76, 1.0 + r.hold(W) + 0.1, W, math.inf) == pytest.approx(2.76 * 1.1)  # the probe, after the hold
+
+
+def test_a_probe_climbs_only_on_answers_to_requests_its_rate_held() -> None:
+    # Both limits binding: a probe past a 3 req/s ceiling was clean because the spacing sent less
+    # than the rate, so it climbed fast to 4.2 req/s; once the spacing let more through, three 429s.
+    r = RateSearch()
+    held = 3.0 / 1.1
+    r.follow(held, 0.0)
+    r.limited(Signal(3.0, 3.0, False, 0.5), 0.5)
+    r.changed = 0.5
+    after = 0.5 + r.hold(W) + 0.1
+    assert r.clean(held, after, W, 3.3, held=False) is KEEP  # the hold ends, but the rate binds nothing
+    assert r.probing
+    assert r.clean(held, after + 0.5, W, 3.3, held=True) == pytest.approx(3.0)  # it binds: the probe
+    r.changed = after
+    for t in (1.0, 2.0, 3.0):  # answers the spacing sent under the probe's rate: no climb
+        assert r.clean(3.0, after + t, W, 3.3, held=False) is KEEP
+    assert r.clean(3.0, after + 4.0, W, 3.3, held=True) == pytest.approx(3.3)  # held: it binds
+
+
+def test_a_first_bursts_rate_bounds_no_climb() -> None:
+    # A first burst with no host rate measured 3 req/s and failed: that says nothing of the limit,
+    # so the climb from the cut neither ends a step under it nor holds there.
+    r = RateSearch()
+    r.limited(Signal(None, 3.0, True, 0.5), 0.0)
+    assert r.bad == 3.0 and not r.bad_found and r.ceiling is None
+    assert r.clean(2.66, 1.0, W, math.inf, fast=False) == pytest.approx(2.66 * 1.1)
+    assert r.clean(2.93, 2.0, W, math.inf, fast=False) == pytest.approx(2.93 * 1.1) and r.bad is None

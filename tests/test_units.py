@@ -369,17 +369,18 @@ def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
     clean = 2.5 * 1.25 ** 2
     assert rate(gate) == pytest.approx(clean)  # back to the last clean rate
     assert gate.host("a").delay == (0.8, 1.6)  # spacing untouched
-    for _ in range(2):  # then 10% steps up to one step below the failure
+    failed = 2.5 * 1.25 ** 3
+    for _ in range(2):  # then 10% steps up to one step below the failure, and not past it
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
-    assert rate(gate) == pytest.approx(clean * 1.1 ** 2)
+    assert rate(gate) == pytest.approx(failed / 1.1) and failed / 1.1 < clean * 1.1 ** 2
     for _ in range(5):  # and holds there
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
-    assert rate(gate) == pytest.approx(clean * 1.1 ** 2)
+    assert rate(gate) == pytest.approx(failed / 1.1)
     ft.advance(1.5)  # the first hold of a limit not seen to move (6 s) later: probe past it
     policy.ok("a", 200, granted_at=ft.now)
-    assert rate(gate) == pytest.approx(clean * 1.1 ** 3)
+    assert rate(gate) == pytest.approx(failed)
 
 
 def test_host_rate_steps_down_further_with_each_signal_in_a_row_and_reprobes_sooner() -> None:
@@ -607,3 +608,19 @@ def test_a_dead_endpoint_is_probed_once_per_longest_backoff() -> None:
     assert again and again[0].endpoint.key == dead
     gate.endpoint_ok(dead)
     assert gate.endpoint_usable(gate.endpoints[dead])
+
+
+def test_a_lease_says_whether_the_host_rate_held_its_request() -> None:
+    gate, ft = make_gate(n=3, delay=(0.0, 0.0))
+    gate.set_host_interval("a", 0.5)
+    first = granted([gate.acquire("a")])
+    assert len(first) == 1 and not first[0].rate_held  # nothing sent before: the rate held nothing
+    gate.release(first[0])
+    second = granted([gate.acquire("a")])
+    assert not second  # asked 0 s after the first: held by the 0.5 s interval
+    ft.advance(0.5)
+    assert len(second) == 1 and second[0].rate_held
+    gate.release(second[0])
+    ft.advance(2.0)
+    third = granted([gate.acquire("a")])  # long after the interval: sent at once, not held
+    assert len(third) == 1 and not third[0].rate_held

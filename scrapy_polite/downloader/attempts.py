@@ -113,7 +113,8 @@ class Attempts:
         if verdict.kind in STRONG:
             return self._flagged(request, response, lease, verdict, status)
         if self.runtime.throttle is not None:
-            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at)
+            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at,
+                                     rate_held=lease.rate_held)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

@@ -461,7 +461,8 @@ class GateCore:
             s.queue.popleft()
             self._pinned(s.key)
         w.done = True
-        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack)
+        lease = Lease(st.endpoint, w.host, w.session, now, now - w.created, token=w.token, gap=gap, slack=slack,
+                      rate_held=w.rate_held)
         self._leases[id(lease)] = lease
         if self.stall_timeout > 0:
             self._stall_timers[id(lease)] = self._call_later(self.stall_timeout, lambda: self.stall(lease))

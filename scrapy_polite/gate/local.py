@@ -383,6 +383,7 @@ class LocalGate(GateCore):
         else:
             self._idle.move_to_end(key)
         h.grants += 1
+        waiter.rate_held = waiter.rate_held or waiter.created < h.next_start
         h.next_start = now + h.interval
         pair = self._pair(key, waiter.host)
         gap = now - pair.last_granted

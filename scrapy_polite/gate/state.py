@@ -51,6 +51,9 @@ class Lease:
     slack: float = math.inf
     #: The host slot was given back after the stall timeout; the endpoint stays held.
     stalled: bool = False
+    #: The host rate held the request (it came before the host's interval had passed): a clean
+    #: answer to it says the rate binds, which a probe past a ceiling needs to be judged by.
+    rate_held: bool = False
 
 
 @dataclass(eq=False)
@@ -68,6 +71,8 @@ class Waiter:
     #: Names it in a shared backend; *tag* (its URL) is listed there while it is held.
     token: str = ""
     tag: str | None = None
+    #: The host rate held it at least once (see ``Lease.rate_held``).
+    rate_held: bool = False
 
     def rotates(self) -> bool:
         """Any free endpoint may serve it: no session, no named endpoint."""

@@ -210,8 +210,10 @@ class ThrottlePolicy:
         if changes:
             self._report(p, host, old, "; ".join([f"challenge via {endpoint.label}", *changes]), evidence)
 
-    def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None) -> None:
-        """A clean answer from *host*: a step of each search, and after a clean window, of concurrency."""
+    def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None,
+           rate_held: bool = True) -> None:
+        """A clean answer from *host*: a step of each search, and after a clean window, of concurrency
+        (*rate_held*: the host rate held its request, see ``Lease.rate_held``)."""
         cfg, now = self.config, self.clock()
         p = self._policy(host)
         old = self._snapshot(host)
@@ -226,7 +228,7 @@ class ThrottlePolicy:
         changes: list[str] = []
         self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
-            changes += self._rate_step(p, host, now)
+            changes += self._rate_step(p, host, now, rate_held)
         if cfg.adaptive and math.isfinite(gap) and sent_at - gap >= p.spacing.changed and (
                 self.gate.host(host).interval <= 0 or p.rate.starting):
             # A step per answer whose whole gap was drawn from the current band (one
@@ -416,7 +418,7 @@ class ThrottlePolicy:
         if signal.failed is not None:
             p.rate.learn(signal.failed, signal.found, min(now, signal.at))
 
-    def _rate_step(self, p: _HostPolicy, host: str, now: float) -> list[str]:
+    def _rate_step(self, p: _HostPolicy, host: str, now: float, held: bool = True) -> list[str]:
         """A clean answer sent at the current host rate: climb, or hold below the last failure."""
         h = self.gate.host(host)
         if h.interval <= 0:
@@ -425,7 +427,7 @@ class ThrottlePolicy:
         fast = self.config.adaptive
         signal = self._foreign_signal(p, host)
         unknown = signal.at if signal.failed is None else -math.inf  # a known rate that failed is learnt
-        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), unknown, fast)
+        new = p.rate.clean(1 / h.interval, now, window, self._pool_rate(h), unknown, fast, held)
         if new is KEEP:
             return []
         return [self._set_rate(p, host, new, now)]  # type: ignore[arg-type]

@@ -41,6 +41,8 @@ HOLD_FIRST = 3.0
 #: ``POLITE_RECOVERY_WINDOW`` apart: each probe costs a 429, and the hold just under it
 #: gives up about 2% of the limit.
 HOLD_WINDOWS = 4
+#: A rate within this share under the hold (one step below the rate that failed) is at it.
+NEAR = 0.01
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -238,10 +240,11 @@ class RateSearch:
         return new
 
     def clean(self, rate: float, now: float, window: float, pool_rate: float,
-              fleet_signal: float = -math.inf, fast: bool = True) -> float | None | _Keep:
+              fleet_signal: float = -math.inf, fast: bool = True, held: bool = True) -> float | None | _Keep:
         """A clean answer sent at *rate*: climb, hold, or drop the rate (past *pool_rate* it limits
         nothing; *fleet_signal*: when another process sharing the host last met a host-wide limit
-        at a rate it could not say, see ``learn`` for one it could)."""
+        at a rate it could not say, see ``learn`` for one it could; *held*: the rate held the
+        request, so it binds)."""
         if now - self.last_limited < RUN:
             return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate
@@ -249,17 +252,19 @@ class RateSearch:
         hold = self.hold(window, fast)
         if self.bad is None and now - fleet_signal < hold:
             return KEEP  # another process sharing the host rate just stepped it down
-        if self.bad is not None and rate * (1 + STEP) >= self.bad * (1 - 1e-9):
-            if not self.bad_found and self.ceiling is None:
-                # Only a burst sent with no host rate failed there: a first burst goes out
-                # faster than its measured rate, which says nothing of the limit. Climb on.
+        if self.bad is not None and not self.bad_found and self.ceiling is None:
+            # Only a burst sent with no host rate failed: a first burst goes out faster than its
+            # measured rate, which says nothing of the limit. Climb on, past it.
+            if rate * (1 + STEP) >= self.bad * (1 - 1e-9):
                 self.bad = None
-            elif now - self.changed < hold:
-                return KEEP  # hold one step below the rate that failed
-            else:
-                self.bad = None  # then probe past it: limits move
-                self.forgiven = False
-                self.probing = True
+        elif self.bad is not None and rate * (1 + NEAR) >= self.bad / (1 + STEP):
+            # The hold is one step below the rate that failed; a rate a hair under it is at it
+            # (a 10% climb from just over a step under would land on the rate that failed).
+            if now - self.changed < hold:
+                return KEEP
+            self.bad = None  # then probe past it: limits move
+            self.forgiven = False
+            self.probing = True
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
             self.moved, self.confirmed = True, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
@@ -267,11 +272,18 @@ class RateSearch:
             # was met within the window. It then stays just above the pool's rate, which it spaces
             # evenly: at a cap with little burst, requests the spacing happens to bunch are 429s.
             return None if now - self.last_limited >= window else KEEP
+        if self.probing and not held:
+            # A probe past a ceiling is judged by requests its rate held: one the spacing sent under
+            # it says nothing of the limit, and climbing on it runs past the limit unchecked.
+            return KEEP
         # Slow-start steps before any limit is found, and again once a probe got a step past
         # the ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
         risen = self.probing and self.ceiling is not None and rate > self.ceiling * (1 + STEP / 2)
         self.climbed_fast = fast and (self.starting or risen)
-        return rate * (1 + (START_STEP if self.climbed_fast else STEP))
+        climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
+        if self.bad is not None and (self.bad_found or self.ceiling is not None):
+            climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
+        return climbed
 
     @property
     def starting(self) -> bool:

@@ -637,6 +637,8 @@ class RedisGate(GateCore):
             # The same spacing the script drew, from the same band and the same u.
             until = self._spacing[(key, host)] = now + draw_spacing(u, h.delay, h.min_delay)
             heapq.heappush(self._spacing_due, (until, key, host))
+        elif code == "host_spacing":
+            w.rate_held = True
         elif code == "session_lost" and w.session is not None:
             key = self._by_id.get(ep_id)
             label = self._endpoints[key].endpoint.label if key else ep_id
