@@ -624,3 +624,19 @@ def test_a_lease_says_whether_the_host_rate_held_its_request() -> None:
     ft.advance(2.0)
     third = granted([gate.acquire("a")])  # long after the interval: sent at once, not held
     assert len(third) == 1 and not third[0].rate_held
+
+
+@pytest.mark.parametrize(("rate_in_force", "narrows"), [(5.5, True), (3.0, False)])
+def test_adaptive_spacing_narrows_under_a_host_rate_only_while_the_pool_leaves_it_too_little_headroom(
+        rate_in_force: float, narrows: bool) -> None:
+    # 8 IPs at 0.8-1.6 s send at most 6.67 req/s: under a 5.5 req/s host rate, IPs waiting out random
+    # spacings leave gaps in it (a steady 6 req/s cap was used at 0.91); under 3 req/s they do not.
+    policy, gate, ft, _ = adaptive_policy()
+    ep = next(iter(gate.endpoints.values())).endpoint
+    policy.ok("a", 200)
+    policy.rate_limited("a", ep, 2.0, gap=5.0, granted_at=ft.now)  # a host-wide limit met: no slow start
+    assert gate.host("a").interval > 0 and not policy._hosts["a"].rate.starting
+    gate.set_host_interval("a", 1 / rate_in_force)
+    ft.advance(2)
+    policy.ok("a", 200, gap=1.7, granted_at=ft.now)
+    assert (gate.host("a").delay[0] < 0.8) is narrows

@@ -49,6 +49,9 @@ MIN_INTERVAL = 0.02
 CHALLENGE_FACTOR = 0.5
 #: What a host-rate step down gives up of the host's throughput.
 RATE_STEP_COST = 1 - 1 / (1 + STEP)
+#: Adaptive mode narrows the spacing under a host rate while the pool at its spacing sends less
+#: than this multiple of the rate.
+POOL_HEADROOM = 1.5
 #: A host signal read back from a shared state (``POLITE_STATE``) within this many seconds of one
 #: this process shared is its own: converted to this process's clock, the two are that close.
 OWN_SIGNAL = 0.5
@@ -229,12 +232,9 @@ class ThrottlePolicy:
         self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now, rate_held)
-        if cfg.adaptive and math.isfinite(gap) and sent_at - gap >= p.spacing.changed and (
-                self.gate.host(host).interval <= 0 or p.rate.starting):
+        if cfg.adaptive and math.isfinite(gap) and sent_at - gap >= p.spacing.changed and self._spacing_binds(p, host):
             # A step per answer whose whole gap was drawn from the current band (one
-            # per spacing, as TCP grows once per round trip); and only while the host
-            # has no rate of its own, under which narrower spacing gains nothing, or
-            # while its rate is still in slow start (both searches start at once).
+            # per spacing, as TCP grows once per round trip).
             changes += self._narrow_spacing(p, host, now)
         if now - p.last_change >= window and now - p.last_signal >= window:
             changes += self._clean_window(p, host, now)
@@ -353,6 +353,14 @@ class ThrottlePolicy:
     def _spacing_floor(self, p: _HostPolicy, host: str) -> float:
         cfg, low = self.config, self.config.host_limits(host).delay[0]
         return p.spacing.floor(min(cfg.delay_floor, low) if cfg.adaptive else low)
+
+    def _spacing_binds(self, p: _HostPolicy, host: str) -> bool:
+        """Whether narrower spacing would send more: the host has no rate of its own, its rate is
+        still in slow start (both searches start at once), or the pool sends too little over the
+        rate to keep it busy (each IP waits a random spacing, so a pool just above the rate leaves
+        gaps in it)."""
+        h = self.gate.host(host)
+        return h.interval <= 0 or p.rate.starting or self._pool_rate(h) * h.interval < POOL_HEADROOM
 
     def _narrow_spacing(self, p: _HostPolicy, host: str, now: float) -> list[str]:
         """Adaptive mode: one step below the current spacing, while it is what limits the pool."""
