@@ -125,6 +125,8 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
     assert r.limited(Signal(4.4, 4.4, False, 0.5), 1001.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
     r.limited(Signal(2.0, 2.0, False, 0.5), 1010.0)  # far below it: the limit moved
     assert r.moved and r.hold(W) == HOLD_FIRST
+    # Without adaptive mode: a quarter window once moved, so a cap that rises is found within it.
+    assert r.hold(W, fast=False) == W / 4
 
 
 def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_not_end_the_run() -> None:

@@ -35,7 +35,7 @@ MIN_ANSWERS = 10
 #: limit has been seen to move (twice this while it has not: each probe of a steady
 #: limit costs a 429); each probe that meets the same ceiling doubles it, up to
 #: ``HOLD_WINDOWS`` recovery windows (half a window once the limit has moved; the hold
-#: without adaptive mode is one window).
+#: without adaptive mode is one window, see ``MOVED_SHARE``).
 HOLD_FIRST = 3.0
 #: A steady limit, confirmed probe after probe, is re-probed at most this many
 #: ``POLITE_RECOVERY_WINDOW`` apart: each probe costs a 429, and the hold just under it
@@ -43,6 +43,9 @@ HOLD_FIRST = 3.0
 HOLD_WINDOWS = 4
 #: A rate within this share under the hold (one step below the rate that failed) is at it.
 NEAR = 0.01
+#: Without adaptive mode the hold is one recovery window, this share of one once the limit has
+#: been seen to move: a rise is found at the next probe, and then takes a few seconds of 10% steps.
+MOVED_SHARE = 4
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -142,7 +145,7 @@ class RateSearch:
         """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's
         holds, short at first and for a limit seen to move, growing while the same ceiling is met)."""
         if not fast:
-            return window / (2 if self.moved else 1)
+            return window / (MOVED_SHARE if self.moved else 1)
         longest = window / 2 if self.moved else window * HOLD_WINDOWS
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved)))
 
