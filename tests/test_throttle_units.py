@@ -11,7 +11,7 @@ from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
-from scrapy_polite.throttle.rate import HOLD_FIRST, HOLD_WINDOWS, KEEP, START_STEP, STEP, RateSearch, Signal
+from scrapy_polite.throttle.rate import HOLD_FIRST, HOLD_WINDOWS, KEEP, SETTLE, START_STEP, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import HOLD, SpacingEstimator
 
 pytestmark = pytest.mark.once
@@ -157,13 +157,13 @@ def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_
     r = RateSearch()
     r.clean(6.0, 0.0, W, math.inf, fast=False)
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
-    r.limited(Signal(2.2, 2.2, False, 0.5), 2.0)  # the drop: a move (the first one below is forgiven)
-    r.limited(Signal(2.2, 2.2, False, 0.5), 3.0)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop: a move (the first one below is forgiven)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
     assert r.moved and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
-    r.changed = 3.0
+    r.changed = 6.0
     rate = 2.0
     for t in range(10):  # past the hold: the probe, then slow-start steps while clean
-        rate = r.clean(rate, 10.0 + t / 2, W, math.inf)
+        rate = r.clean(rate, 12.0 + t / 2, W, math.inf)
         if rate > 7.0:
             break
     assert r.climbed_fast
@@ -928,3 +928,16 @@ def test_a_first_bursts_rate_bounds_no_climb() -> None:
     assert r.bad == 3.0 and not r.bad_found and r.ceiling is None
     assert r.clean(2.66, 1.0, W, math.inf, fast=False) == pytest.approx(2.66 * 1.1)
     assert r.clean(2.93, 2.0, W, math.inf, fast=False) == pytest.approx(2.93 * 1.1) and r.bad is None
+
+
+def test_a_failure_far_under_a_ceiling_found_only_just_now_is_no_move() -> None:
+    # A cap of 3 req/s with a burst of 3: after a pause the full bucket let a climb run to 5.85 cleanly,
+    # then 3.5 failed a second later. The limit did not move; taken for a move, it was re-probed on a
+    # moved limit's short hold, and the burst drew a stream of 429s.
+    r = RateSearch()
+    r.limited(Signal(5.85, 5.85, False, 0.5), 10.0)
+    r.limited(Signal(3.5, 3.5, False, 0.5), 10.0 + SETTLE / 2)
+    assert not r.moved and r.ceiling == pytest.approx(3.5)
+    assert r.hold(W, fast=False) == W
+    r.limited(Signal(1.5, 1.5, False, 0.5), 10.0 + SETTLE * 3)  # far under one that stood: a move
+    assert r.moved and r.ceiling == pytest.approx(1.5)

@@ -640,3 +640,15 @@ def test_adaptive_spacing_narrows_under_a_host_rate_only_while_the_pool_leaves_i
     ft.advance(2)
     policy.ok("a", 200, gap=1.7, granted_at=ft.now)
     assert (gate.host("a").delay[0] < 0.8) is narrows
+
+
+def test_a_request_queued_behind_spacing_is_not_held_by_the_host_rate() -> None:
+    # One endpoint, spacing 1 s, host interval 0.2 s: a request that waits in the queue is let go by
+    # its endpoint's spacing, long after the host's interval passed; the rate held nothing.
+    gate, ft = make_gate(n=1, delay=(1.0, 1.0))
+    gate.set_host_interval("a", 0.2)
+    leases = granted([gate.acquire("a") for _ in range(2)])
+    assert len(leases) == 1
+    gate.release(leases[0])
+    ft.advance(1.0)
+    assert len(leases) == 2 and not leases[1].rate_held

@@ -383,11 +383,14 @@ class LocalGate(GateCore):
         else:
             self._idle.move_to_end(key)
         h.grants += 1
-        waiter.rate_held = waiter.rate_held or waiter.created < h.next_start
-        h.next_start = now + h.interval
         pair = self._pair(key, waiter.host)
+        spaced_at = max(pair.next_allowed, pair.last_granted + h.shortest_spacing())
+        # The host rate held the request when its interval let it go after both the request came
+        # and the endpoint's spacing did (a queue alone, waiting out spacings, is not held by it).
+        waiter.rate_held = waiter.rate_held or h.next_start > max(waiter.created, spaced_at)
+        h.next_start = now + h.interval
         gap = now - pair.last_granted
-        slack = now - max(pair.next_allowed, pair.last_granted + h.shortest_spacing())
+        slack = now - spaced_at
         pair.last_granted = now
         pair.next_allowed = now + draw_spacing(self._rng.random(), h.delay, h.min_delay)
         self._grant(waiter, st, h, now, gap=gap, slack=max(0.0, slack))

@@ -46,6 +46,8 @@ NEAR = 0.01
 #: Without adaptive mode the hold is one recovery window, this share of one once the limit has
 #: been seen to move: a rise is found at the next probe, and then takes a few seconds of 10% steps.
 MOVED_SHARE = 4
+#: A ceiling stands this many seconds before a failure far under it means the limit moved.
+SETTLE = 3.0
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -75,7 +77,7 @@ class RateSearch:
 
     __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
                  "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
-                 "met")
+                 "met", "ceiling_at")
 
     def __init__(self) -> None:
         #: The rate last answered cleanly, and the one that drew the last signal.
@@ -85,6 +87,7 @@ class RateSearch:
         self.bad_found = False
         #: Where the limit was last found, and whether it has been seen to move.
         self.ceiling: float | None = None
+        self.ceiling_at = -math.inf
         self.moved = False
         self.fail_streak = 0
         #: Whether this hold has already forgiven one signal below ``bad`` as noise.
@@ -172,7 +175,7 @@ class RateSearch:
             if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
                 self.confirmed += 1
             if self.ceiling is None or old < self.ceiling:
-                self.ceiling = old
+                self.ceiling, self.ceiling_at = old, since
         return True
 
     def learn(self, failed: float, found: bool, at: float) -> None:
@@ -216,14 +219,17 @@ class RateSearch:
         if s.rate is None:
             pass  # a burst with no host rate says little about where the limit is
         elif self.ceiling is None:
-            self.ceiling = failed
+            self.ceiling, self.ceiling_at = failed, now
             self.provisional = self.climbed_fast
         elif provisional and failed < self.ceiling:
             self.ceiling = failed  # under a slow start's overshoot: the limit, found
             self.bad_found = False
         elif failed < self.ceiling / (1 + STEP) ** 2:
-            self.moved, self.confirmed = True, 0
-            self.ceiling = failed
+            # Far under the ceiling: the limit moved, unless that ceiling was only just found (a
+            # burst the limit allows after a pause lets a climb run past it for a second or two).
+            if now - self.ceiling_at >= SETTLE:
+                self.moved, self.confirmed = True, 0
+            self.ceiling, self.ceiling_at = failed, now
         elif failed <= self.ceiling * (1 + STEP) ** 2:
             if probe:
                 # A probe met the same ceiling again: re-probe less often; met at or past it,
@@ -233,7 +239,7 @@ class RateSearch:
                     new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
             self.ceiling = min(self.ceiling, failed)
         elif failed > self.ceiling:
-            self.ceiling = failed
+            self.ceiling, self.ceiling_at = failed, now
             self.provisional = self.climbed_fast  # a fast climb's overshoot: an upper bound
         if self.bad_found and self.bad is not None and failed < self.bad and not self.forgiven and accepted is None:
             self.forgiven = True  # one signal below the ceiling per hold is noise
