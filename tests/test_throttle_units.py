@@ -11,7 +11,16 @@ from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
-from scrapy_polite.throttle.rate import HOLD_FIRST, HOLD_WINDOWS, KEEP, SETTLE, START_STEP, STEP, RateSearch, Signal
+from scrapy_polite.throttle.rate import (
+    HOLD_FIRST,
+    HOLD_WINDOWS,
+    KEEP,
+    SETTLE,
+    START_STEP,
+    STEP,
+    RateSearch,
+    Signal,
+)
 from scrapy_polite.throttle.spacing import HOLD, SpacingEstimator
 
 pytestmark = pytest.mark.once
