@@ -51,8 +51,9 @@ class Lease:
     slack: float = math.inf
     #: The host slot was given back after the stall timeout; the endpoint stays held.
     stalled: bool = False
-    #: The host rate held the request (it came before the host's interval had passed): a clean
-    #: answer to it says the rate binds, which a probe past a ceiling needs to be judged by.
+    #: The host rate held the request (in memory: the host's interval let it go after both its
+    #: arrival and its endpoint's spacing did; shared: a grant attempt was refused for the interval):
+    #: a clean answer to it says the rate binds, which a probe past a ceiling needs to be judged by.
     rate_held: bool = False
 
 
