@@ -261,10 +261,11 @@ class RateSearch:
         hold = self.hold(window, fast)
         if self.bad is None and now - fleet_signal < hold:
             return KEEP  # another process sharing the host rate just stepped it down
-        if self.bad is not None and not self.bad_found and self.ceiling is None:
-            # Only a burst sent with no host rate failed: a first burst goes out faster than its
-            # measured rate, which says nothing of the limit. Climb on, past it.
-            if rate * (1 + STEP) >= self.bad * (1 - 1e-9):
+        # ``bad`` (if set) is only a burst's rate, sent with no host rate and no ceiling known: a
+        # first burst goes out faster than its measured rate, which says nothing of the limit.
+        burst = not self.bad_found and self.ceiling is None
+        if self.bad is not None and burst:
+            if rate * (1 + STEP) >= self.bad * (1 - 1e-9):  # climb on, past it
                 self.bad = None
         elif self.bad is not None and rate * (1 + NEAR) >= self.bad / (1 + STEP):
             # The hold is one step below the rate that failed; a rate a hair under it is at it
@@ -290,7 +291,7 @@ class RateSearch:
         risen = self.probing and self.ceiling is not None and rate > self.ceiling * (1 + STEP / 2)
         self.climbed_fast = fast and (self.starting or risen)
         climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
-        if self.bad is not None and (self.bad_found or self.ceiling is not None):
+        if self.bad is not None and not burst:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
         return climbed
 
