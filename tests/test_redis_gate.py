@@ -549,6 +549,39 @@ async def test_a_host_rate_set_here_is_not_undone_by_a_grant_read_before_it_was_
     await stop(a, b)
 
 
+
+@on_asyncio
+async def test_a_host_rate_step_from_a_value_another_process_moved_since_is_stale(redis_server) -> None:
+    """Each process steps the shared host rate from the value it last read. A step from a value
+    another process has moved since is stale: a faster one is dropped, and a cut never makes the
+    host faster (four processes on a 3 req/s cap: a cut from a stale 3.55 req/s wrote 3.23 over
+    another's 2.84, and drew two more 429s)."""
+    a, b = gate(redis_server.url, n=2, namespace="steps"), gate(redis_server.url, n=2, namespace="steps")
+
+    async def shared() -> float:
+        await settle()
+        lease, _ = await granted(a.acquire("h"))
+        a.release(lease)
+        return a.host("h").interval
+
+    a.set_host_interval("h", 0.5)
+    await settle()
+    lease, _ = await granted(b.acquire("h"))  # b reads 0.5
+    b.release(lease)
+    assert b.host("h").interval == 0.5
+    a.set_host_interval("h", 0.4)  # a climbs; b has not read it
+    b.set_host_interval("h", 0.45)  # b climbs from the 0.5 it read: stale, dropped
+    assert await shared() == 0.4
+    a.set_host_interval("h", 0.6)  # a cuts; b still holds 0.45 here
+    b.set_host_interval("h", 0.5)  # a cut from 0.45 to 0.5 would make the host faster than 0.6
+    assert await shared() == 0.6
+    b.set_host_interval("h", 0.8)  # a deeper cut than a's applies
+    assert await shared() == 0.8
+    assert b.host("h").interval == 0.8
+    b.set_host_interval("h", 0.7)  # a step from the value now read applies
+    assert await shared() == 0.7
+    await stop(a, b)
+
 @on_asyncio
 async def test_a_lease_says_whether_the_shared_host_rate_held_its_request(redis_server) -> None:
     """The shared host rate binds across processes: a request one process asks for right after

@@ -33,8 +33,20 @@ W = 20.0  # a recovery window
 
 def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> None:
     s = SpacingEstimator()
-    # No clean gap known: REACH (50 %) above the failure, a big first step.
-    assert s.raised(1.0, (0.8, 1.6), 10.0, True, 0.0, W) == pytest.approx((1.5, 1.5 * 1.05))
+    # No clean gap known, adaptive mode: a guess 25% above the failure, doubling with each raise
+    # in a row (the last guess fell short: the limit may be far above the band) ...
+    band = s.raised(1.0, (0.8, 1.6), 10.0, True, 0.0, W)
+    assert band == pytest.approx((1.25, 1.25 * 1.05))
+    band = s.raised(1.3, band, 10.0, True, 1.0, W)
+    assert band == pytest.approx((1.3 * 1.5, 1.3 * 1.5 * 1.05))
+    assert s.raised(2.0, band, 10.0, True, 2.0, W) == pytest.approx((4.0, 4.2))
+    assert s.raised(4.1, (4.0, 4.2), 10.0, True, 3.0, W) == pytest.approx((8.2, 8.2 * 1.05))  # at most 100%
+    # ... and a narrowing ends the run: the next guess is 25% again.
+    assert s.narrowed((8.2, 8.6), 0.3, 100.0) is not None
+    assert s.raised(5.0, (4.0, 4.2), 10.0, True, 101.0, W)[0] == pytest.approx(6.25)
+    # Without adaptive mode, which never narrows a guess too high back: 50% above the failure.
+    assert SpacingEstimator().raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W) == pytest.approx((1.5, 1.6))
+    s = SpacingEstimator()
     s = SpacingEstimator()
     s.clean(1.3, 1.0, W)
     s.clean(2.0, 1.1, W)
@@ -62,7 +74,8 @@ def test_an_ambiguous_signal_raises_the_spacing_to_a_clean_gap_near_it_or_just_a
     s.clean(1.8, 0.0, W)
     assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.155, 1.155 * 1.05))
     assert SpacingEstimator().target(1.1, 1.0, W, reach=False) == pytest.approx(1.155)
-    assert SpacingEstimator().target(1.1, 1.0, W) == pytest.approx(1.65)
+    assert SpacingEstimator().target(1.1, 1.0, W) == pytest.approx(1.375)
+    assert SpacingEstimator().target(1.1, 1.0, W, back=False) == pytest.approx(1.65)
 
 
 def test_after_a_raise_narrowing_waits_a_hold_that_doubles_until_a_clean_window() -> None:
@@ -79,6 +92,15 @@ def test_after_a_raise_narrowing_waits_a_hold_that_doubles_until_a_clean_window(
     s.raised(1.0, band, 10.0, True, 20.0, W)
     s.decay()  # a clean window: the next raise holds HOLD again, and this one no longer
     assert s.narrowed((1.5, 1.6), 0.3, 20.1, W) is not None
+
+
+def test_raises_in_a_row_keep_the_hold_only_a_narrowing_that_drew_a_raise_doubles_it() -> None:
+    s = SpacingEstimator()
+    band = s.raised(1.0, (0.8, 1.6), 10.0, True, 0.0, W)
+    band = s.raised(1.3, band, 10.0, True, 1.0, W)  # the first raise fell short
+    assert s.narrowed(band, 0.3, 1.0 + HOLD + 0.1, W) is not None  # still the first hold
+    band = s.raised(1.8, (1.5, 1.6), 10.0, True, 10.0, W)  # that narrowing crossed the limit
+    assert s.narrowed(band, 0.3, 10.0 + 2 * HOLD - 0.1, W) is None  # now twice the hold
 
 
 def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slowly() -> None:
@@ -950,3 +972,26 @@ def test_a_failure_far_under_a_ceiling_found_only_just_now_is_no_move() -> None:
     assert r.hold(W, fast=False) == W
     r.limited(Signal(1.5, 1.5, False, 0.5), 10.0 + SETTLE * 3)  # far under one that stood: a move
     assert r.moved and r.ceiling == pytest.approx(1.5)
+
+
+def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bounds_the_ceiling() -> None:
+    # Four processes on a 3 req/s cap: a process that had only learned of the limit had no ceiling,
+    # so its probe was a slow-start step (2.84 -> 3.55 req/s); and another's failure at a stale 3.55
+    # lifted this one's hold from under 3.23 to under 3.55, so it climbed back to 3.23 a second later.
+    r = RateSearch()
+    r.follow(2.5, 0.0)
+    r.learn(3.12, True, 1.0)
+    assert r.ceiling == 3.12 and not r.starting
+    r.clean(2.84, 1.5, W, math.inf)
+    probe = r.clean(2.84, 1.0 + r.hold(W) + 0.1, W, math.inf)  # the hold is over: a probe
+    assert probe == pytest.approx(2.84 * (1 + STEP))  # a 10% step, not slow start's 25%
+    r.limited(Signal(3.23, 3.23, False, 0.5), 20.0)
+    r.changed = 20.0  # the policy sets the cut rate
+    assert r.bad == 3.23
+    r.learn(3.55, True, 20.1)  # failed elsewhere at a rate cut here since
+    assert r.bad == 3.23 and r.ceiling == 3.12
+    assert r.clean(2.93, 20.6, W, math.inf) is KEEP  # at the hold under 3.23
+    r.learn(3.0, True, 21.0)  # a lower one is news
+    assert r.bad == 3.0 and r.ceiling == 3.0
+    r.learn(2.0, False, 22.0)  # a burst's rate with no host rate in force bounds no ceiling
+    assert r.bad == 2.0 and r.ceiling == 3.0

@@ -496,7 +496,7 @@ def test_per_ip_signal_moves_spacing_above_its_gap() -> None:
     before = rate(gate)
     policy.rate_limited("a", ep, 2.0, gap=0.55, slack=0.0, granted_at=ft.now)  # held by spacing, shortest gap
     lo, hi = gate.host("a").delay
-    assert lo == pytest.approx(0.55 * 1.5)  # the shortest clean gap, capped at SPACING_REACH above the failure
+    assert lo == pytest.approx(0.55 * 1.25)  # the shortest clean gap is far above: a guess 25% above the failure
     assert lo < hi <= lo * 1.1  # adaptive: a narrow band just above it
     assert rate(gate) == before  # the host rate is not blamed
 

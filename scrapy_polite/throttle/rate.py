@@ -183,12 +183,18 @@ class RateSearch:
         a host rate in force, else what a burst with none measured): hold under it as under a
         failure of this search's own, so each process of a fleet holds, and then climbs, where the
         one that failed does. A failure of this search's own since is newer, and stays; one taken
-        already is not taken again (both set ``last_limited``)."""
+        already is not taken again (both set ``last_limited``). A failure above a limit already met
+        here says nothing new (that process failed at a rate it had not yet seen cut), and a limit
+        met at a host rate in force bounds the ceiling, as this search's own does."""
         if at <= self.last_limited:
             return
         self.last_limited = at
+        if found and self.bad_found and self.bad is not None and failed > self.bad:
+            return
         self.bad, self.bad_found, self.forgiven, self.probing = failed, found, False, False
         self.good, self.fail_streak = None, 0
+        if found and (self.ceiling is None or failed < self.ceiling):
+            self.ceiling, self.ceiling_at = failed, at
 
     def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""

@@ -8,9 +8,15 @@ from collections import deque
 from scrapy_polite.gate.state import same
 
 #: A per-IP signal puts the spacing band this share above the gap that drew it;
-#: a shorter clean gap within ``REACH`` above it is taken instead.
+#: a clean gap within ``REACH`` above it is taken instead.
 MARGIN = 0.05
 REACH = 0.5
+#: With no clean gap near, a guess at where the limit lies: ``REACH`` above the gap without
+#: adaptive mode (nothing narrows a guess too high back), in adaptive mode ``GUESS_FIRST`` above
+#: it, doubling with each raise in a row (a search that doubles its step, as for a limit far
+#: above the band), up to ``GUESS_MAX``; a narrowing ends the run.
+GUESS_FIRST = 0.25
+GUESS_MAX = 1.0
 #: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
 #: known, at least ``BISECT_STEP`` and halfway to just above it) and of the jitter
 #: band, down to ``MIN_JITTER`` of the delay: a narrow band just above a limit beats a wide one.
@@ -20,8 +26,9 @@ BISECT_STEP = 0.95
 JITTER_STEP = 0.5
 MIN_JITTER = 0.05
 #: Adaptive mode holds the band this many seconds after a raise before narrowing again,
-#: doubled with each raise since the last clean window (up to the window): a narrowing
-#: that crosses a per-IP limit costs a 429 on each IP that sends before the first is back.
+#: doubled with each narrowing that drew a raise since the last clean window (up to the
+#: window): a narrowing that crosses a per-IP limit costs a 429 on each IP that sends before
+#: the first is back. Raises in a row (the last one fell short) do not double it.
 HOLD = 3.0
 #: Each clean window eases the memory of the longest failing gap by this factor,
 #: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
@@ -36,14 +43,16 @@ Band = tuple[float, float]
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
-    __slots__ = ("bad_gap", "changed", "raised_at", "raises", "clean_gaps", "seen")
+    __slots__ = ("bad_gap", "changed", "raised_at", "raises", "streak", "clean_gaps", "seen")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
         self.changed = -math.inf
-        #: When a signal last raised the band, and raises since the last clean window.
+        #: When a signal last raised the band; raises since the last clean window that followed
+        #: a narrowing (or were the first); raises since the band last narrowed.
         self.raised_at = -math.inf
         self.raises = 0
+        self.streak = 0
         #: Clean answers' gaps over the last window, (time, gap), gaps increasing.
         self.clean_gaps: deque[tuple[float, float]] = deque()
         #: The band this estimator last set or saw in force: another process sharing the
@@ -82,12 +91,15 @@ class SpacingEstimator:
     def target(self, gap: float, now: float, window: float, reach: bool = True, back: bool = True) -> float:
         """Where a signal after *gap* puts the spacing: the shortest clean gap if that is not
         far above it (a known-good spacing beats a guess), else just above the gap (*reach*:
-        ``REACH`` above it, a guess at where a limit nothing was answered under lies). Without
+        a guess at where a limit nothing was answered under lies, see ``GUESS_FIRST``). Without
         *reach* the clean gap is taken only when *back* (adaptive mode: a narrowing that overshot
         goes back to where it was clean; without it a wide band's clean gaps say little)."""
         known = self.shortest_clean(now, window)
-        if reach or (back and known <= gap * (1 + REACH)):
-            return max(gap * (1 + MARGIN), min(known, gap * (1 + REACH)))
+        if (reach or back) and known <= gap * (1 + REACH):
+            return max(gap * (1 + MARGIN), known)
+        if reach:
+            guess = min(GUESS_MAX, GUESS_FIRST * 2 ** self.streak) if back else REACH
+            return gap * (1 + max(MARGIN, guess))
         return gap * (1 + MARGIN)
 
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
@@ -103,7 +115,8 @@ class SpacingEstimator:
         if not adaptive:
             new_hi = max(new_hi, hi)  # never narrower than POLITE_DELAY without adaptive mode
         self.changed = self.raised_at = now
-        self.raises += 1
+        self.raises += self.streak == 0
+        self.streak += 1
         return (new_lo, new_hi)
 
     def floor(self, configured: float) -> float:
@@ -122,12 +135,13 @@ class SpacingEstimator:
         if new_hi >= hi - 1e-6:
             return None
         self.changed = now
+        self.streak = 0
         return (new_lo, new_hi)
 
     def decay(self) -> None:
         """A clean window: let go of a little of the failing gap."""
         self.bad_gap *= BAD_GAP_DECAY
-        self.raises = 0
+        self.raises = self.streak = 0
 
     def restored(self, band: Band, base: Band, floor: float) -> Band | None:
         """Without adaptive mode: a clean window brings a raised band back toward *base*."""

@@ -267,9 +267,10 @@ class RedisGate(GateCore):
         self._longest.set(host, h.longest_spacing())
         self._hset(host, **fields)
 
-    def _on_host_interval(self, host: str, seconds: float) -> None:
-        self._host_op(host, ("interval",),
-                      lambda: self._scripts["set_interval"](args=[self.keys.host(host), seconds, self.host_ttl]))
+    def _on_host_interval(self, host: str, seconds: float, base: float) -> None:
+        # A step from *base*, the value read here: a step another process made since wins (the script).
+        self._host_op(host, ("interval",), lambda: self._scripts["set_interval"](
+            args=[self.keys.host(host), seconds, self.host_ttl, base]))
 
     def _on_host_paused(self, host: str, seconds: float) -> None:
         self._extend(self.keys.host(host), "paused_until", seconds)
