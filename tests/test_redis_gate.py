@@ -553,8 +553,8 @@ async def test_a_host_rate_set_here_is_not_undone_by_a_grant_read_before_it_was_
 @on_asyncio
 async def test_a_host_rate_step_from_a_value_another_process_moved_since_is_stale(redis_server) -> None:
     """Each process steps the shared host rate from the value it last read. A step from a value
-    another process has moved since is stale: a faster one is dropped, and a cut never makes the
-    host faster (four processes on a 3 req/s cap: a cut from a stale 3.55 req/s wrote 3.23 over
+    another process has moved since (even back to the same value) is stale: a faster one is
+    dropped, and a cut never makes the host faster (four processes on a 3 req/s cap: a cut from a stale 3.55 req/s wrote 3.23 over
     another's 2.84, and drew two more 429s)."""
     a, b = gate(redis_server.url, n=2, namespace="steps"), gate(redis_server.url, n=2, namespace="steps")
 
@@ -570,15 +570,22 @@ async def test_a_host_rate_step_from_a_value_another_process_moved_since_is_stal
     b.release(lease)
     assert b.host("h").interval == 0.5
     a.set_host_interval("h", 0.4)  # a climbs; b has not read it
+    await settle()
     b.set_host_interval("h", 0.45)  # b climbs from the 0.5 it read: stale, dropped
     assert await shared() == 0.4
     a.set_host_interval("h", 0.6)  # a cuts; b still holds 0.45 here
+    await settle()
     b.set_host_interval("h", 0.5)  # a cut from 0.45 to 0.5 would make the host faster than 0.6
     assert await shared() == 0.6
     b.set_host_interval("h", 0.8)  # a deeper cut than a's applies
     assert await shared() == 0.8
     assert b.host("h").interval == 0.8
     b.set_host_interval("h", 0.7)  # a step from the value now read applies
+    assert await shared() == 0.7
+    a.set_host_interval("h", 0.35)  # a climbs and cuts back to the value b last saw ...
+    a.set_host_interval("h", 0.7)
+    await settle()
+    b.set_host_interval("h", 0.6)  # ... and b's climb from it is still stale: the limit was met since
     assert await shared() == 0.7
     await stop(a, b)
 

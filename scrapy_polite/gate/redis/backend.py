@@ -156,6 +156,9 @@ class RedisGate(GateCore):
         self._by_id: dict[str, str] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
         self._signals: dict[str, HostSignal] = {}
+        #: Per host, the version of the shared interval this process's view of it is of: what a
+        #: fresh read brought, or this process's own change made (see ``set_interval.lua``).
+        self._interval_v: dict[str, int] = {}
         # The host values this process changed, so a grant read before a change reached Redis
         # cannot bring the old value back here (the throttle takes a value that moved as
         # another process's step).
@@ -268,9 +271,16 @@ class RedisGate(GateCore):
         self._hset(host, **fields)
 
     def _on_host_interval(self, host: str, seconds: float, base: float) -> None:
-        # A step from *base*, the value read here: a step another process made since wins (the script).
-        self._host_op(host, ("interval",), lambda: self._scripts["set_interval"](
-            args=[self.keys.host(host), seconds, self.host_ttl, base]))
+        # A step from *base*, the value seen here: one another process made since wins (the script).
+        # The version is taken when the update is sent, after this process's earlier ones.
+        async def send() -> None:
+            version = self._interval_v.get(host, 0)
+            applied, _, now_v = await self._scripts["set_interval"](
+                args=[self.keys.host(host), seconds, self.host_ttl, base, version])
+            if int(applied) and host in self._hosts:
+                self._interval_v[host] = int(now_v)
+
+        self._host_op(host, ("interval",), send)
 
     def _on_host_paused(self, host: str, seconds: float) -> None:
         self._extend(self.keys.host(host), "paused_until", seconds)
@@ -378,6 +388,7 @@ class RedisGate(GateCore):
         del self._hosts[host]
         self._longest.discard(host)
         self._signals.pop(host, None)
+        self._interval_v.pop(host, None)
         self._fence.forget(host)
         self._wakeups.pop(host, None)
         self._host_evicted(host)
@@ -683,6 +694,7 @@ class RedisGate(GateCore):
             if not same((h.interval,), (state.interval,)):
                 h.interval_since = asked
             h.interval = state.interval
+            self._interval_v[host] = state.interval_v
         h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
         h.grants = state.grants
 

@@ -51,6 +51,7 @@ class HostReply(NamedTuple):
     paused_until: float
     inflight: int
     grants: int
+    interval_v: int  #: how many times the interval was set (see ``set_interval.lua``)
     gap: float
     slack: float
 
@@ -76,7 +77,8 @@ def acquire_args(candidates: list[str], **named: Any) -> list[Any]:
 def parse_acquire(reply: list[Any]) -> AcquireReply:
     code, ep_id, at, state, health, (signal, rate, found) = reply
     values = [float(v) for v in state] + [-1.0] * (len(HostReply._fields) - len(state))
-    host = HostReply(*values)._replace(limit=int(values[1]), inflight=int(values[7]), grants=int(values[8]))
+    host = HostReply(*values)._replace(limit=int(values[1]), inflight=int(values[7]), grants=int(values[8]),
+                                               interval_v=int(values[9]))
     return AcquireReply(str(code), str(ep_id), float(at), host, list(health), str(signal),
                         float(rate) if rate else None, found == "1")
 

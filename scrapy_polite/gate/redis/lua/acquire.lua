@@ -8,7 +8,7 @@
 -- pool) is treated like a dead one.
 -- Returns {code, endpoint id, time, host state, health, signal}, named in ``AcquireReply``:
 -- the host state is {now, limit, lo, hi, min_delay, interval, paused_until, fleet in-flight,
--- grants, gap, slack}; gap (seconds since the endpoint's previous request to the host) and
+-- grants, interval version, gap, slack}; gap (seconds since the endpoint's previous request to the host) and
 -- slack (how long its spacing had let it go before this request) are -1 when none is
 -- remembered, and only sent on a grant. Health lists (id, failures, unhealthy_until) of every
 -- endpoint the script looked at, for the process's health mirror; signal is the host's last
@@ -22,7 +22,7 @@ local now = clock()
 local grace = grace_until(p, now, ttl, tonumber(A.last_seen), tonumber(A.longest_spacing))
 local hk = p .. 'h:' .. host
 local hv = redis.call('HMGET', hk, 'limit', 'lo', 'hi', 'min_delay', 'interval', 'next_start', 'paused_until',
-                     'grants')
+                     'grants', 'interval_v')
 local limit = tonumber(hv[1]) or tonumber(A.limit)
 local lo = tonumber(hv[2]) or tonumber(A.lo)
 local hi = tonumber(hv[3]) or tonumber(A.hi)
@@ -34,7 +34,8 @@ local hl = p .. 'hl:' .. host
 redis.call('ZREMRANGEBYSCORE', hl, '-inf', now)
 local inflight = redis.call('ZCARD', hl)
 local state = {tostring(now), tostring(limit), tostring(lo), tostring(hi), tostring(min_delay),
-               tostring(interval), tostring(paused), tostring(inflight), tostring(tonumber(hv[8]) or 0)}
+               tostring(interval), tostring(paused), tostring(inflight), tostring(tonumber(hv[8]) or 0),
+               tostring(tonumber(hv[9]) or 0)}
 -- Health of every endpoint looked at, so each process's mirror follows the shared counts.
 local seen, seen_at = {}, {}
 local function reply(code, id, at)
@@ -158,7 +159,7 @@ redis.call('HSET', pk, 'next_allowed', tostring(now + spacing), 'granted', tostr
 keep(pk, spacing + tonumber(A.pair_memory))
 state[9] = tostring(redis.call('HINCRBY', hk, 'grants', 1))
 keep(hk, tonumber(A.host_ttl))
-state[10] = last and tostring(now - last) or '-1'
-state[11] = last and tostring(math.max(0, now - math.max(tonumber(prev[2]) or 0, last + math.max(lo, min_delay))))
+state[11] = last and tostring(now - last) or '-1'
+state[12] = last and tostring(math.max(0, now - math.max(tonumber(prev[2]) or 0, last + math.max(lo, min_delay))))
   or '-1'
 return reply('granted', chosen, now)
