@@ -48,6 +48,10 @@ NEAR = 0.01
 MOVED_SHARE = 4
 #: A ceiling stands this many seconds before a failure far under it means the limit moved.
 SETTLE = 3.0
+#: A probe clean at a rate this factor past the ceiling (two steps: one 429 a little under the
+#: limit, where requests sent at the rate arrive bunched, sets a ceiling a step low) means the
+#: limit rose: the climb goes on by slow-start steps.
+RISEN = (1 + STEP) * (1 + STEP / 2)
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
@@ -292,9 +296,9 @@ class RateSearch:
             # A probe past a ceiling is judged by requests its rate held: one the spacing sent under
             # it says nothing of the limit, and climbing on it runs past the limit unchecked.
             return KEEP
-        # Slow-start steps before any limit is found, and again once a probe got a step past
+        # Slow-start steps before any limit is found, and again once a probe got two steps past
         # the ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
-        risen = self.probing and self.ceiling is not None and rate > self.ceiling * (1 + STEP / 2)
+        risen = self.probing and self.ceiling is not None and rate > self.ceiling * RISEN
         self.climbed_fast = fast and (self.starting or risen)
         climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
         if self.bad is not None and not burst:

@@ -13,8 +13,9 @@ MARGIN = 0.05
 REACH = 0.5
 #: With no clean gap near, a guess at where the limit lies: ``REACH`` above the gap without
 #: adaptive mode (nothing narrows a guess too high back), in adaptive mode ``GUESS_FIRST`` above
-#: it, doubling with each raise in a row (a search that doubles its step, as for a limit far
-#: above the band), up to ``GUESS_MAX``; a narrowing ends the run.
+#: it, twice, then doubling with each raise in a row (a search that doubles its step, as for a
+#: limit far above the band), up to ``GUESS_MAX``; a narrowing ends the run. Latency jitter
+#: shortens the gaps the site sees, so a limit just past a failing gap often needs a second step.
 GUESS_FIRST = 0.25
 GUESS_MAX = 1.0
 #: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
@@ -98,7 +99,7 @@ class SpacingEstimator:
         if (reach or back) and known <= gap * (1 + REACH):
             return max(gap * (1 + MARGIN), known)
         if reach:
-            guess = min(GUESS_MAX, GUESS_FIRST * 2 ** self.streak) if back else REACH
+            guess = min(GUESS_MAX, GUESS_FIRST * 2 ** max(0, self.streak - 1)) if back else REACH
             return gap * (1 + max(MARGIN, guess))
         return gap * (1 + MARGIN)
 
