@@ -21,7 +21,7 @@ from scrapy_polite.throttle.rate import (
     RateSearch,
     Signal,
 )
-from scrapy_polite.throttle.spacing import HOLD, SpacingEstimator
+from scrapy_polite.throttle.spacing import HOLD, MARGIN, MIN_JITTER, SpacingEstimator
 
 pytestmark = pytest.mark.once
 
@@ -36,14 +36,14 @@ def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> 
     # No clean gap known, adaptive mode: a guess 25% above the failure, twice, then doubling with
     # each raise in a row (the last guesses fell short: the limit may be far above the band) ...
     band = s.raised(1.0, (0.8, 1.6), 10.0, True, 0.0, W)
-    assert band == pytest.approx((1.25, 1.25 * 1.05))
+    assert band == pytest.approx((1.25, 1.25 * (1 + MIN_JITTER)))
     band = s.raised(1.3, band, 10.0, True, 1.0, W)
-    assert band == pytest.approx((1.3 * 1.25, 1.3 * 1.25 * 1.05))
+    assert band == pytest.approx((1.3 * 1.25, 1.3 * 1.25 * (1 + MIN_JITTER)))
     band = s.raised(1.7, band, 10.0, True, 1.5, W)
-    assert band == pytest.approx((1.7 * 1.5, 1.7 * 1.5 * 1.05))
-    assert s.raised(2.6, band, 10.0, True, 2.0, W) == pytest.approx((5.2, 5.2 * 1.05))
-    assert s.raised(5.3, (5.2, 5.4), 100.0, True, 3.0, W) == pytest.approx((10.6, 10.6 * 1.05))
-    assert s.raised(10.7, (10.6, 11.0), 100.0, True, 4.0, W) == pytest.approx((21.4, 21.4 * 1.05))  # at most 100%
+    assert band == pytest.approx((1.7 * 1.5, 1.7 * 1.5 * (1 + MIN_JITTER)))
+    assert s.raised(2.6, band, 10.0, True, 2.0, W) == pytest.approx((5.2, 5.2 * (1 + MIN_JITTER)))
+    assert s.raised(5.3, (5.2, 5.4), 100.0, True, 3.0, W) == pytest.approx((10.6, 10.6 * (1 + MIN_JITTER)))
+    assert s.raised(10.7, (10.6, 11.0), 100.0, True, 4.0, W) == pytest.approx((21.4, 21.4 * (1 + MIN_JITTER)))  # at most 100%
     # ... and a narrowing ends the run: the next guess is 25% again.
     assert s.narrowed((8.2, 8.6), 0.3, 100.0) is not None
     assert s.raised(5.0, (4.0, 4.2), 10.0, True, 101.0, W)[0] == pytest.approx(6.25)
@@ -62,21 +62,21 @@ def test_spacing_goes_just_above_the_failing_gap_or_to_a_clean_gap_near_it() -> 
 def test_an_ambiguous_signal_raises_the_spacing_to_a_clean_gap_near_it_or_just_above_its_gap() -> None:
     s = SpacingEstimator()
     s.clean(1.49, 0.0, W)
-    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W) == pytest.approx((1.49, 1.49 * 1.05))  # a clean gap near
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W) == pytest.approx((1.49, 1.49 * (1 + MIN_JITTER)))  # a clean gap near
     s = SpacingEstimator()
     s.clean(1.49, 0.0, W)
     # A probe goes to the known-good spacing too (a narrowing that overshot goes back to where it was clean)...
-    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.49, 1.49 * 1.05))
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.49, 1.49 * (1 + MIN_JITTER)))
     assert s.target(1.1, 1.0, W, reach=False) == pytest.approx(1.49)
     # Without adaptive mode (no narrowing to go back from: a wide band's clean gaps), just above its gap.
-    assert s.target(1.1, 1.0, W, reach=False, back=False) == pytest.approx(1.155)
+    assert s.target(1.1, 1.0, W, reach=False, back=False) == pytest.approx(1.1 * (1 + MARGIN))
     band = s.raised(1.1, (0.8, 1.6), 10.0, False, 1.0, W, reach=False)
-    assert band == pytest.approx((1.155, 1.6))
+    assert band == pytest.approx((1.1 * (1 + MARGIN), 1.6))
     # ...but with none near, only just above its gap, not a guess at REACH above it.
     s = SpacingEstimator()
     s.clean(1.8, 0.0, W)
-    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.155, 1.155 * 1.05))
-    assert SpacingEstimator().target(1.1, 1.0, W, reach=False) == pytest.approx(1.155)
+    assert s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, reach=False) == pytest.approx((1.1 * (1 + MARGIN), 1.1 * (1 + MARGIN) * (1 + MIN_JITTER)))
+    assert SpacingEstimator().target(1.1, 1.0, W, reach=False) == pytest.approx(1.1 * (1 + MARGIN))
     assert SpacingEstimator().target(1.1, 1.0, W) == pytest.approx(1.375)
     assert SpacingEstimator().target(1.1, 1.0, W, back=False) == pytest.approx(1.65)
 
@@ -115,9 +115,9 @@ def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slo
         if nxt is None:
             break
         band = nxt
-    assert band[0] == pytest.approx(0.9 * 1.05)
+    assert band[0] == pytest.approx(0.9 * (1 + MARGIN))
     s.decay()
-    assert s.floor(0.3) < 0.9 * 1.05
+    assert s.floor(0.3) < 0.9 * (1 + MARGIN)
 
 
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
@@ -714,18 +714,25 @@ def test_a_challenge_halves_the_host_rate_and_cuts_concurrency_in_adaptive_mode_
     assert changes[-1][4]["concurrency"] == "cut"
 
 
-def test_a_per_ip_signal_that_slows_the_pool_fits_concurrency_and_names_it_a_fit() -> None:
-    # 8 endpoints at 0.5 s and 0.25 s latency need 8 in flight; at a spacing above 3 s, 2.
+def test_endpoints_that_fall_due_together_get_a_slot_each_and_a_wide_band_needs_few() -> None:
+    # 8 endpoints at 0.5 s and 0.25 s latency: 8 in flight (the pool's size, under the max of 16).
     p, gate, ft, changes = policy(True, POLITE_HOST_CONCURRENCY=1, POLITE_HOST_CONCURRENCY_MAX=16,
                                   POLITE_DELAY=(0.5, 0.5), POLITE_DELAY_FLOOR=0.5)
     ep = next(iter(gate.endpoints.values())).endpoint
     answers_at_quarter_second_latency(p, gate, ft)
     assert gate.host("a").limit == 8
-    changes.clear()
+    # A per-IP raise to a narrow band above 2 s: the pool still comes due in step, and an endpoint
+    # concurrency held back would wait a latency on top of its spacing. Nothing is cut.
     p.rate_limited("a", ep, 2.0, gap=2.0, slack=0.0, granted_at=ft.now)
-    assert gate.host("a").delay[0] >= 2.0 and gate.host("a").limit == 2
+    assert gate.host("a").delay[0] >= 2.0 and gate.host("a").limit == 8
+    # A band 4 s wide spreads the pool: 2 req/s due at 0.25 s latency need 1, the configured value.
+    changes.clear()
+    gate.set_host_delay("a", (4.0, 8.0))
+    ft.advance(0.1)
+    p.ok("a", 200, granted_at=ft.now - 0.25)
+    assert gate.host("a").limit == 1
     (_, old, new, _, evidence), = changes
-    assert evidence["blame"] == PER_IP and evidence["concurrency"] == "fit"
+    assert old["concurrency"] == 8 and evidence["concurrency"] == "fit"
 
 
 def test_a_rate_cut_by_another_process_is_held_under_as_this_searchs_own() -> None:
@@ -852,9 +859,10 @@ def test_a_spacing_raised_by_another_process_is_a_floor_here_and_a_move_restarts
     assert s.bad_gap == 0.0 and s.changed == -math.inf
     assert not s.follow((0.8 * (1 + 1e-13), 1.6), 1.0)  # the same band, as Redis's scripts round it
     assert s.follow((0.6, 0.7), 2.0) and s.changed == 2.0 and s.bad_gap == 0.0  # narrowed elsewhere
-    assert s.follow((1.05, 1.1), 3.0) and s.changed == 3.0  # raised elsewhere: a limit met under 1.05
+    raised = (1.05, 1.05 * (1 + MIN_JITTER))
+    assert s.follow(raised, 3.0) and s.changed == 3.0  # raised elsewhere: a limit met under 1.05
     assert s.floor(0.3) == pytest.approx(1.05)
-    assert s.narrowed((1.05, 1.1), s.floor(0.3), 4.0) is None
+    assert s.narrowed(raised, s.floor(0.3), 4.0) is None
 
 
 def test_a_rate_is_the_same_rate_as_redis_rounds_it() -> None:

@@ -18,6 +18,7 @@ from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_fi
 from scrapy_polite.settings.config import PoliteConfig
 from scrapy_polite.throttle.extension import _crawl_delay
 from scrapy_polite.throttle.policy import ThrottlePolicy
+from scrapy_polite.throttle.spacing import MARGIN
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
 
@@ -534,8 +535,8 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
     for _ in range(12):  # within a recovery window: the failure stays the floor
         ft.advance(1.5)
         policy.ok("a", 200, gap=1.2, granted_at=ft.now)
-        assert gate.host("a").delay[0] >= 0.7 * 1.05 - 1e-9
-    assert gate.host("a").delay[0] == pytest.approx(0.7 * 1.05)
+        assert gate.host("a").delay[0] >= 0.7 * (1 + MARGIN) - 1e-9
+    assert gate.host("a").delay[0] == pytest.approx(0.7 * (1 + MARGIN))
 
 
 def test_defaults_never_go_below_the_configured_spacing_nor_set_a_rate_on_their_own() -> None:
@@ -547,7 +548,7 @@ def test_defaults_never_go_below_the_configured_spacing_nor_set_a_rate_on_their_
     assert gate.host("a").interval == 0.0  # no slow start without adaptive mode
     policy.rate_limited("a", ep, 1.0, gap=0.85, slack=0.0, granted_at=ft.now)
     lo, hi = gate.host("a").delay
-    assert lo >= 0.85 * 1.05 and hi >= 1.6  # raised, never narrower than POLITE_DELAY
+    assert lo >= 0.85 * (1 + MARGIN) and hi >= 1.6  # raised, never narrower than POLITE_DELAY
     for _ in range(200):
         ft.advance(0.7)
         policy.ok("a", 200, gap=0.9, granted_at=ft.now)

@@ -444,8 +444,11 @@ class ThrottlePolicy:
         """Requests per second the pool can send to a host at its current spacing."""
         lo, hi = h.delay
         mean = max((lo + hi) / 2, h.min_delay)
-        slots = len(self.gate.endpoints) * self.gate.endpoint_concurrency
-        return slots / mean if mean > 0 else math.inf
+        return self._slots() / mean if mean > 0 else math.inf
+
+    def _slots(self) -> int:
+        """Requests the pool can have in flight to one host at once."""
+        return len(self.gate.endpoints) * self.gate.endpoint_concurrency
 
     def _set_rate(self, p: _HostPolicy, host: str, rate: float | None, now: float) -> str:
         """Set the host rate (``None``: none) and return what changed."""
@@ -482,8 +485,17 @@ class ThrottlePolicy:
             return []
         limits = cfg.host_limits(host)
         pool = self._pool_rate(h)
-        rate = min(pool, 1 / h.interval) if h.interval > 0 else pool
-        new = p.concurrency.needed(rate, limits.concurrency, limits.concurrency_max, h.limit)
+        slots = self._slots()
+        if 0 < pool * h.interval < 1:
+            rate = 1 / h.interval  # the host rate binds: it spaces the host's requests evenly
+        else:
+            # The spacing binds: endpoints waiting out one band fall due together, spread over its
+            # jitter (a narrow band keeps the pool in step), and each one held back by concurrency
+            # waits a latency on top of its spacing.
+            spread = max(h.delay[1] - h.delay[0], p.concurrency.latency or 0.0, 1e-3)
+            rate = max(pool, slots / spread)
+        high = max(limits.concurrency, min(limits.concurrency_max, slots))
+        new = p.concurrency.needed(rate, limits.concurrency, high, h.limit)
         if new == h.limit:
             return []
         before = h.limit

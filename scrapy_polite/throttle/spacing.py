@@ -9,7 +9,7 @@ from scrapy_polite.gate.state import same
 
 #: A per-IP signal puts the spacing band this share above the gap that drew it;
 #: a clean gap within ``REACH`` above it is taken instead.
-MARGIN = 0.05
+MARGIN = 0.03
 REACH = 0.5
 #: With no clean gap near, a guess at where the limit lies: ``REACH`` above the gap without
 #: adaptive mode (nothing narrows a guess too high back), in adaptive mode ``GUESS_FIRST`` above
@@ -25,7 +25,7 @@ GUESS_MAX = 1.0
 STEP = 0.8
 BISECT_STEP = 0.95
 JITTER_STEP = 0.5
-MIN_JITTER = 0.05
+MIN_JITTER = 0.03
 #: Adaptive mode holds the band this many seconds after a raise before narrowing again,
 #: doubled with each narrowing that drew a raise since the last clean window (up to the
 #: window): a narrowing that crosses a per-IP limit costs a 429 on each IP that sends before
