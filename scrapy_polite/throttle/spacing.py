@@ -14,8 +14,9 @@ REACH = 0.5
 #: With no clean gap near, a guess at where the limit lies: ``REACH`` above the gap without
 #: adaptive mode (nothing narrows a guess too high back), in adaptive mode ``GUESS_FIRST`` above
 #: it, twice, then doubling with each raise in a row (a search that doubles its step, as for a
-#: limit far above the band), up to ``GUESS_MAX``; a narrowing ends the run. Latency jitter
-#: shortens the gaps the site sees, so a limit just past a failing gap often needs a second step.
+#: limit far above the band), up to ``GUESS_MAX``; a narrowing ends the run. A limit is often
+#: just past a failing gap (the site counts gaps between arrivals, which differ a little from
+#: those sent), so the first guess is small and the second no bigger.
 GUESS_FIRST = 0.25
 GUESS_MAX = 1.0
 #: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is

@@ -78,7 +78,7 @@ def parse_acquire(reply: list[Any]) -> AcquireReply:
     code, ep_id, at, state, health, (signal, rate, found) = reply
     values = [float(v) for v in state] + [-1.0] * (len(HostReply._fields) - len(state))
     host = HostReply(*values)._replace(limit=int(values[1]), inflight=int(values[7]), grants=int(values[8]),
-                                               interval_v=int(values[9]))
+                                       interval_v=int(values[9]))
     return AcquireReply(str(code), str(ep_id), float(at), host, list(health), str(signal),
                         float(rate) if rate else None, found == "1")
 

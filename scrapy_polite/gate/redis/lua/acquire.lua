@@ -8,9 +8,9 @@
 -- pool) is treated like a dead one.
 -- Returns {code, endpoint id, time, host state, health, signal}, named in ``AcquireReply``:
 -- the host state is {now, limit, lo, hi, min_delay, interval, paused_until, fleet in-flight,
--- grants, interval version, gap, slack}; gap (seconds since the endpoint's previous request to the host) and
--- slack (how long its spacing had let it go before this request) are -1 when none is
--- remembered, and only sent on a grant. Health lists (id, failures, unhealthy_until) of every
+-- grants, interval version, gap, slack}; gap (seconds since the endpoint's previous request to
+-- the host) and slack (how long its spacing had let it go before this request) are -1 when none
+-- is remembered, and only sent on a grant. Health lists (id, failures, unhealthy_until) of every
 -- endpoint the script looked at, for the process's health mirror; signal is the host's last
 -- rate signal from any process: {time, rate, found} ('' = none or not known).
 local p, host, session, token = A.prefix, A.host, A.session, A.token
