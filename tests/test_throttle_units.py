@@ -206,12 +206,14 @@ def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_
     r.limited(Signal(6.24, 6.24, False, 0.5), 17.0)
     assert r.ceiling == pytest.approx(6.24)
     holds = []
-    for t in (20.0, 30.0, 45.0):
+    for t in (20.0, 30.0, 45.0, 60.0, 80.0):
         r.changed = t - r.hold(W) - 0.1
         assert r.clean(5.7, t, W, math.inf) == pytest.approx(5.7 * (1 + STEP))  # past the hold: the probe
         r.limited(Signal(6.27, 6.27, False, 0.5), t + 0.5)  # meets the same ceiling
         holds.append(r.hold(W))
-    assert holds == [HOLD_FIRST * 2, W / 2, W / 2]  # a limit seen to move: at most half a window
+    # A limit seen to move: a quarter window at most (a rise is found within it) until STEADY probes met
+    # the same ceiling, then doubling again.
+    assert holds == [W / 4, W / 4, W / 4, W / 2, W]
 
 
 def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
@@ -1009,3 +1011,34 @@ def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bou
     assert r.bad == 3.0 and r.ceiling == 3.0
     r.learn(2.0, False, 22.0)  # a burst's rate with no host rate in force bounds no ceiling
     assert r.bad == 2.0 and r.ceiling == 3.0
+
+
+def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_for_by_it() -> None:
+    # A per-IP limit of 0.5 s under a 0.41-0.51 s band: the requests in flight when the first 429 raised the
+    # band come back limited together, on several IPs within a moment, as the host's rate peaks. They were
+    # sent at gaps the raised band no longer allows: already answered for, not a host-wide limit.
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    p.ok("a", 200, granted_at=ft.now)  # slow start
+    for _ in range(16):  # clean answers at 0.51 s gaps, 12 req/s
+        ft.advance(1 / 12)
+        gate.host("a").grants += 1
+        p.ok("a", 200, gap=0.51, granted_at=ft.now - 0.1)
+    gate.set_host_interval("a", 0.0)
+    gate.set_host_delay("a", (0.41, 0.51))
+    ft.advance(0.3)
+    sent = ft.now - 0.1
+    p.rate_limited("a", eps[0], 2.0, gap=0.42, slack=0.0, granted_at=sent)
+    band = gate.host("a").delay
+    assert band[0] > 0.42
+    before = len(changes)
+    gate.host("a").grants += 12  # the host's rate at a new high
+    for i, gap in enumerate((0.5, 0.44, 0.47), start=1):
+        ft.advance(0.05)
+        p.rate_limited("a", eps[i], 2.0, gap=gap, slack=0.0, granted_at=sent + 0.01 * i)
+    assert gate.host("a").interval == 0 and gate.host("a").delay == band and len(changes) == before
+    # Sent after the raise, at gaps the band allows, they are weighed as usual: here, a host-wide limit.
+    for i in range(4, 8):
+        ft.advance(0.05)
+        p.rate_limited("a", eps[i], 2.0, gap=0.6, slack=0.0, granted_at=ft.now - 0.1)
+    assert gate.host("a").interval > 0

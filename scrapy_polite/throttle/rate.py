@@ -4,7 +4,8 @@ Searched as TCP searches a window: a step up per clean answer sent at the curren
 rate, back to the clean rate it climbed from on a signal (or a step down that
 doubles with each signal in a row), then a hold one step below the rate that
 failed before a probe one step past it. A probe that finds the same ceiling
-doubles the next hold (re-probing rarely); a limit seen to move halves it.
+doubles the next hold (re-probing rarely); a limit seen to move keeps it short
+for a few probes (a limit that moved once moves again).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ MIN_ANSWERS = 10
 #: Adaptive mode's first hold below a rate that failed, seconds, once the host's
 #: limit has been seen to move (twice this while it has not: each probe of a steady
 #: limit costs a 429); each probe that meets the same ceiling doubles it, up to
-#: ``HOLD_WINDOWS`` recovery windows (half a window once the limit has moved; the hold
-#: without adaptive mode is one window, see ``MOVED_SHARE``).
+#: ``HOLD_WINDOWS`` recovery windows. Once the limit has moved, the hold stays within
+#: ``1 / MOVED_SHARE`` of a window (a limit that moved once moves again: a rise is found
+#: within it) until ``STEADY`` probes met the same ceiling, then doubles from there.
 HOLD_FIRST = 3.0
+STEADY = 3
 #: A steady limit, confirmed probe after probe, is re-probed at most this many
 #: ``POLITE_RECOVERY_WINDOW`` apart: each probe costs a 429, and the hold just under it
 #: gives up about 2% of the limit.
@@ -153,7 +156,9 @@ class RateSearch:
         holds, short at first and for a limit seen to move, growing while the same ceiling is met)."""
         if not fast:
             return window / (MOVED_SHARE if self.moved else 1)
-        longest = window / 2 if self.moved else window * HOLD_WINDOWS
+        longest = window * HOLD_WINDOWS
+        if self.moved:
+            longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved)))
 
     # -- steps -----------------------------------------------------------------
