@@ -1042,3 +1042,30 @@ def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_f
         ft.advance(0.05)
         p.rate_limited("a", eps[i], 2.0, gap=0.6, slack=0.0, granted_at=ft.now - 0.1)
     assert gate.host("a").interval > 0
+
+
+def test_passing_a_ceiling_met_once_is_no_move_and_passing_one_a_probe_met_again_is() -> None:
+    # Four processes' first requests arrive together: one 429 at the slow start's 2.5 req/s on a 3 req/s cap.
+    # Climbing cleanly past that ceiling is no move: the steady limit keeps its long holds (a limit seen to
+    # move is re-probed every few seconds, a 429 each).
+    def climb_past(r: RateSearch, t: float) -> None:
+        r.changed = t - r.hold(W) - 0.1
+        rate = r.bad / (1 + STEP)
+        while rate <= 2.5 * (1 + STEP) ** 2:
+            t += 0.5
+            rate = r.clean(rate, t, W, math.inf)
+            assert isinstance(rate, float)
+        r.clean(rate, t + 0.5, W, math.inf)
+
+    once = RateSearch()
+    once.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
+    climb_past(once, 10.0)
+    assert not once.moved and once.hold(W) == 2 * HOLD_FIRST
+    again = RateSearch()
+    again.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
+    again.changed = 10.0 - again.hold(W) - 0.1
+    assert again.clean(2.3, 10.0, W, math.inf) == pytest.approx(2.3 * (1 + STEP))  # the probe
+    again.limited(Signal(2.53, 2.53, False, 0.5), 10.5)  # meets the same ceiling
+    assert again.confirmed == 1
+    climb_past(again, 40.0)
+    assert again.moved and again.hold(W) == HOLD_FIRST

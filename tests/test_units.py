@@ -19,6 +19,7 @@ from scrapy_polite.settings.config import PoliteConfig
 from scrapy_polite.throttle.extension import _crawl_delay
 from scrapy_polite.throttle.policy import ThrottlePolicy
 from scrapy_polite.throttle.spacing import MARGIN
+from scrapy_polite.throttle.spacing import STEP as SPACING_STEP
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
 
@@ -524,13 +525,13 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
     ft.advance(2)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)
     first = gate.host("a").delay
-    assert first[0] == pytest.approx(0.8)  # no failure known: a large step
+    assert first[0] == pytest.approx(SPACING_STEP)  # no failure known: a large step
     ft.advance(0.1)
     policy.ok("a", 200, gap=1.0, granted_at=ft.now)  # its gap began before the change: no step
     assert gate.host("a").delay == first
     ft.advance(1)
-    policy.ok("a", 200, gap=0.81, granted_at=ft.now)
-    assert gate.host("a").delay[0] == pytest.approx(0.8 ** 2)
+    policy.ok("a", 200, gap=SPACING_STEP + 0.01, granted_at=ft.now)
+    assert gate.host("a").delay[0] == pytest.approx(SPACING_STEP ** 2)
     policy.rate_limited("a", ep, 2.0, gap=0.7, slack=0.0, granted_at=ft.now)
     for _ in range(12):  # within a recovery window: the failure stays the floor
         ft.advance(1.5)

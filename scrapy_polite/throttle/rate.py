@@ -291,7 +291,9 @@ class RateSearch:
             self.forgiven = False
             self.probing = True
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
-            self.moved, self.confirmed = True, 0
+            # Clean past a ceiling a probe had met again: the limit rose. One met only once may have
+            # been a burst's (a fleet's first requests arrive together), and passing it is no move.
+            self.moved, self.confirmed = self.moved or self.confirmed > 0, 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             # Past what the pool sends the rate limits nothing: dropped, unless a host-wide limit
             # was met within the window. It then stays just above the pool's rate, which it spaces
