@@ -120,6 +120,15 @@ def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slo
     assert s.floor(0.3) < 0.9 * (1 + MARGIN)
 
 
+def test_a_gap_the_band_raised_since_no_longer_allows_is_answered_for_and_bounds_the_narrowing() -> None:
+    s = SpacingEstimator()
+    band = s.raised(0.42, (0.41, 0.51), 10.0, True, 5.0, W)
+    assert s.answered(0.47, 4.9, band) and s.bad_gap == 0.47  # sent before the raise, under the new band
+    assert not s.answered(band[0] + 0.01, 4.9, band)  # a gap the band allows
+    assert not s.answered(0.47, 5.1, band)  # sent after the raise
+    assert s.bad_gap == 0.47
+
+
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
     s = SpacingEstimator()
     band = s.raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W)

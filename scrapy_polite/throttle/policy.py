@@ -161,7 +161,9 @@ class ThrottlePolicy:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
-        if self._spacing_answered(p, host, gap, now if granted_at is None else granted_at):
+        # The requests a band too narrow sent before its raise come back limited together, on several
+        # IPs within a moment: weighed again, they would look like a host-wide limit.
+        if p.spacing.answered(gap, now if granted_at is None else granted_at, gate.host(host).delay):
             return
         window = cfg.recovery_window
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
@@ -347,17 +349,6 @@ class ThrottlePolicy:
             return []
         self._set_delay(p, host, band)
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
-
-    def _spacing_answered(self, p: _HostPolicy, host: str, gap: float, sent_at: float) -> bool:
-        """Whether a signal is already answered for by a spacing raised since its request went: its
-        gap is shorter than the band now allows. The requests a band too narrow sent before the
-        raise come back limited together, on several IPs within a moment; weighed again, they
-        look like a host-wide limit (seen: a per-IP limit of 0.5 s on 8 IPs cut the host rate to
-        a third of what they could send)."""
-        if not (sent_at < p.spacing.changed and gap < self.gate.host(host).delay[0]):
-            return False
-        p.spacing.bad_gap = max(p.spacing.bad_gap, gap)
-        return True
 
     def _set_delay(self, p: _HostPolicy, host: str, band: tuple[float, float]) -> None:
         self.gate.set_host_delay(host, band)

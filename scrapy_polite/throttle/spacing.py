@@ -121,6 +121,15 @@ class SpacingEstimator:
         self.streak += 1
         return (new_lo, new_hi)
 
+    def answered(self, gap: float, sent_at: float, band: Band) -> bool:
+        """Whether a signal after *gap*, whose request went at *sent_at*, is already answered for by a
+        move of the band since: *band*, the one in force, no longer allows so short a gap. The gap
+        still failed, and bounds the narrowing."""
+        if not (sent_at < self.changed and gap < band[0]):
+            return False
+        self.bad_gap = max(self.bad_gap, gap)
+        return True
+
     def floor(self, configured: float) -> float:
         """The shortest spacing *configured* and the longest failing gap allow."""
         return max(configured, self.bad_gap * (1 + MARGIN))
