@@ -167,8 +167,8 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
     r.clean(4.0, 1000.0, W, math.inf)
     assert r.limited(Signal(4.4, 4.4, False, 0.5), 1001.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
     r.limited(Signal(2.0, 2.0, False, 0.5), 1010.0)  # far below it: the limit moved
-    assert r.moved and r.hold(W) == HOLD_FIRST
-    # Without adaptive mode: a quarter window once moved, so a cap that rises is found within it.
+    assert r.fallen and r.hold(W) == HOLD_FIRST
+    # Without adaptive mode: a quarter window once fallen, so a cap that rises is found within it.
     assert r.hold(W, fast=False) == W / 4
 
 
@@ -194,21 +194,24 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
 
 
 def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_the_ceiling() -> None:
-    # The cap went 6 -> 2 -> 6 req/s: held at 2, the search probes past it, climbs by slow-start
-    # steps to 7.1 (429), and 6.24 fails too. The limit is at 6.24, not 7.1, and each probe
+    # The cap went 6 -> 2 -> 6 req/s: held at 2, the search probes past it, and once two steps past
+    # it cleanly, the limit came back: it goes straight to a step under the 6.6 it fell from, then by
+    # slow-start steps to 7.5 (429), and 6.24 fails too. The limit is at 6.24, not 7.5, and each probe
     # that meets it again doubles the next hold (it re-probed every 3 s, a 429 each time).
     r = RateSearch()
     r.clean(6.0, 0.0, W, math.inf, fast=False)
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
     r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop: a move (the first one below is forgiven)
     r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
-    assert r.moved and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
+    assert r.fallen and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
     r.changed = 6.0
-    rate = 2.0
+    rate, climb = 2.0, []
     for t in range(10):  # past the hold: the probe, then slow-start steps while clean
         rate = r.clean(rate, 12.0 + t / 2, W, math.inf)
+        climb.append(rate)
         if rate > 7.0:
             break
+    assert climb == pytest.approx([2.2, 2.42, 2.662, 6.6 / (1 + STEP), 6.6 / (1 + STEP) * (1 + START_STEP)])
     assert r.climbed_fast
     r.limited(Signal(rate, rate, False, 0.5), 16.0)
     assert r.ceiling == pytest.approx(rate) and r.provisional
@@ -220,9 +223,43 @@ def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_
         assert r.clean(5.7, t, W, math.inf) == pytest.approx(5.7 * (1 + STEP))  # past the hold: the probe
         r.limited(Signal(6.27, 6.27, False, 0.5), t + 0.5)  # meets the same ceiling
         holds.append(r.hold(W))
-    # A limit seen to move: a quarter window at most (a rise is found within it) until STEADY probes met
-    # the same ceiling, then doubling again.
+    # Back at the level it fell from (6.6): re-probed as a steady limit, each probe doubling the hold.
+    assert not r.fallen and holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS,
+                                      W * HOLD_WINDOWS]
+
+
+def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_the_last_step() -> None:
+    # The cap fell 6 -> 2 req/s under a search held at 5.8: 429s at 5.8, 5.3 and 4.4 each lowered the
+    # ceiling a little before 3.0 was far under it. The limit stood at 6.1, where a probe met it.
+    r = RateSearch()
+    r.clean(5.5, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(6.1, 6.1, False, 0.5), 1.0)
+    r.changed = 1.0 - r.hold(W) - 0.1
+    r.clean(5.55, 10.0, W, math.inf)  # past the hold: the probe
+    r.limited(Signal(6.1, 6.1, False, 0.5), 10.5)  # meets it again
+    for t, rate in ((20.0, 5.8), (20.2, 5.3), (20.5, 4.4), (21.0, 3.0)):
+        r.limited(Signal(rate, rate, False, 0.5), t)
+    assert r.fallen and r.peak == pytest.approx(6.1) and r.ceiling == pytest.approx(3.0)
+
+
+def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_under_not_closer() -> None:
+    # The cap fell from 6.6 to 2.2 req/s: it may come back, and a rise is found within a quarter window
+    # until STEADY probes met the same ceiling. Holding 5% under 2.2 (2.1) would be past a 2.05 cap.
+    r = RateSearch()
+    r.clean(6.0, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop
+    r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
+    assert r.fallen and r.peak == pytest.approx(6.6) and r.ceiling == pytest.approx(2.2)
+    holds, after = [], []
+    for t in (20.0, 30.0, 45.0, 60.0, 80.0):
+        r.changed = t - r.hold(W) - 0.1
+        assert r.clean(2.0, t, W, math.inf) == pytest.approx(2.2)  # past the hold: the probe
+        after.append(r.limited(Signal(2.2, 2.2, False, 0.5), t + 0.5))  # meets the same ceiling
+        holds.append(r.hold(W))
     assert holds == [W / 4, W / 4, W / 4, W / 2, W]
+    assert after == [pytest.approx(2.0)] * 5  # a step under, not 5% under
+    assert r.hold(W, fast=False) == W / 4
 
 
 def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
@@ -232,7 +269,7 @@ def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
     r.changed = 1.0
     assert r.clean(5.3, 2.0, W, math.inf) == pytest.approx(5.83)  # two steps under it: a step up
     r.limited(Signal(5.83, 5.83, False, 0.5), 3.0)  # between one and two steps under 6.6
-    assert r.ceiling == pytest.approx(5.83) and not r.moved
+    assert r.ceiling == pytest.approx(5.83) and not r.fallen
 
 
 def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
@@ -261,7 +298,7 @@ def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_mov
     assert r.limited(Signal(3.90625, 3.9, False, 0.5), 1.0) == pytest.approx(3.125)
     r.changed = 1.0
     r.limited(Signal(3.125, 3.1, False, 0.5), 2.0)
-    assert r.ceiling == pytest.approx(3.125) and not r.moved and r.bad == pytest.approx(3.125)
+    assert r.ceiling == pytest.approx(3.125) and not r.fallen and r.bad == pytest.approx(3.125)
     r.changed = 2.0
     assert r.clean(2.9, 3.0, W, math.inf) is KEEP  # held one step under 3.125, for a steady limit's hold
     assert r.hold(W) == 2 * HOLD_FIRST
@@ -993,10 +1030,10 @@ def test_a_failure_far_under_a_ceiling_found_only_just_now_is_no_move() -> None:
     r = RateSearch()
     r.limited(Signal(5.85, 5.85, False, 0.5), 10.0)
     r.limited(Signal(3.5, 3.5, False, 0.5), 10.0 + SETTLE / 2)
-    assert not r.moved and r.ceiling == pytest.approx(3.5)
+    assert not r.fallen and r.ceiling == pytest.approx(3.5)
     assert r.hold(W, fast=False) == W
     r.limited(Signal(1.5, 1.5, False, 0.5), 10.0 + SETTLE * 3)  # far under one that stood: a move
-    assert r.moved and r.ceiling == pytest.approx(1.5)
+    assert r.fallen and r.ceiling == pytest.approx(1.5)
 
 
 def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bounds_the_ceiling() -> None:
@@ -1053,10 +1090,10 @@ def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_f
     assert gate.host("a").interval > 0
 
 
-def test_passing_a_ceiling_met_once_is_no_move_and_passing_one_a_probe_met_again_is() -> None:
+def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_probes() -> None:
     # Four processes' first requests arrive together: one 429 at the slow start's 2.5 req/s on a 3 req/s cap.
-    # Climbing cleanly past that ceiling is no move: the steady limit keeps its long holds (a limit seen to
-    # move is re-probed every few seconds, a 429 each).
+    # Climbing cleanly past that ceiling is no fall: the steady limit keeps its long holds (a fallen limit
+    # is re-probed every few seconds, a 429 each). Past one a probe had met again, the count starts over.
     def climb_past(r: RateSearch, t: float) -> None:
         r.changed = t - r.hold(W) - 0.1
         rate = r.bad / (1 + STEP)
@@ -1069,12 +1106,12 @@ def test_passing_a_ceiling_met_once_is_no_move_and_passing_one_a_probe_met_again
     once = RateSearch()
     once.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
     climb_past(once, 10.0)
-    assert not once.moved and once.hold(W) == 2 * HOLD_FIRST
+    assert not once.fallen and once.hold(W) == 2 * HOLD_FIRST
     again = RateSearch()
     again.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
     again.changed = 10.0 - again.hold(W) - 0.1
     assert again.clean(2.3, 10.0, W, math.inf) == pytest.approx(2.3 * (1 + STEP))  # the probe
     again.limited(Signal(2.53, 2.53, False, 0.5), 10.5)  # meets the same ceiling
-    assert again.confirmed == 1
+    assert again.confirmed == 1 and again.hold(W) == 4 * HOLD_FIRST
     climb_past(again, 40.0)
-    assert again.moved and again.hold(W) == HOLD_FIRST
+    assert not again.fallen and again.confirmed == 0 and again.hold(W) == 2 * HOLD_FIRST

@@ -84,7 +84,7 @@ class _HostPolicy:
 #: What survives a host's eviction from the throttle: the searches' findings and
 #: when concurrency last stepped down, so a host seen again is not probed from scratch.
 _KEPT = (("concurrency", "last_decrease"), ("", "last_signal"), ("concurrency", "floor_hits"), ("", "parks"),
-         ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate", "ceiling"), ("rate", "moved"),
+         ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate", "ceiling"), ("rate", "peak"),
          ("spacing", "bad_gap"))
 
 

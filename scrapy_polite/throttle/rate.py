@@ -4,8 +4,8 @@ Searched as TCP searches a window: a step up per clean answer sent at the curren
 rate, back to the clean rate it climbed from on a signal (or a step down that
 doubles with each signal in a row), then a hold one step below the rate that
 failed before a probe one step past it. A probe that finds the same ceiling
-doubles the next hold (re-probing rarely); a limit seen to move keeps it short
-for a few probes (a limit that moved once moves again).
+doubles the next hold (re-probing rarely); a limit seen to fall under where it
+was keeps it short for a few probes (a limit that fell may come back).
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ SPAN_MIN = 1.0
 #: at least ``MIN_ANSWERS``), the host takes the rate sent times that share.
 CLEAN_SHARE = 0.8
 MIN_ANSWERS = 10
-#: Adaptive mode's first hold below a rate that failed, seconds, once the host's
-#: limit has been seen to move (twice this while it has not: each probe of a steady
-#: limit costs a 429); each probe that meets the same ceiling doubles it, up to
-#: ``HOLD_WINDOWS`` recovery windows. Once the limit has moved, the hold stays within
-#: ``1 / MOVED_SHARE`` of a window (a limit that moved once moves again: a rise is found
+#: Adaptive mode's first hold below a rate that failed, seconds, while the host's
+#: limit is seen to have fallen (twice this otherwise: each probe of a steady limit
+#: costs a 429); each probe that meets the same ceiling doubles it, up to
+#: ``HOLD_WINDOWS`` recovery windows. While the limit has fallen, the hold stays within
+#: ``1 / MOVED_SHARE`` of a window (a limit that fell may come back: a rise is found
 #: within it) until ``STEADY`` probes met the same ceiling, then doubles from there.
+#: A limit back where it was before it fell is re-probed as a steady one.
 HOLD_FIRST = 3.0
 STEADY = 3
 #: A steady limit, confirmed probe after probe, is re-probed at most this many
@@ -46,8 +47,8 @@ STEADY = 3
 HOLD_WINDOWS = 4
 #: A rate within this share under the hold (one step below the rate that failed) is at it.
 NEAR = 0.01
-#: Without adaptive mode the hold is one recovery window, this share of one once the limit has
-#: been seen to move: a rise is found at the next probe, and then takes a few seconds of 10% steps.
+#: Without adaptive mode the hold is one recovery window, this share of one while the limit has
+#: fallen: a rise is found at the next probe, and then takes a few seconds of 10% steps.
 MOVED_SHARE = 4
 #: A ceiling stands this many seconds before a failure far under it means the limit moved.
 SETTLE = 3.0
@@ -82,7 +83,7 @@ class Signal:
 class RateSearch:
     """One host's search for its host-wide limit."""
 
-    __slots__ = ("good", "bad", "bad_found", "ceiling", "moved", "fail_streak", "forgiven", "confirmed", "changed",
+    __slots__ = ("good", "bad", "bad_found", "ceiling", "peak", "fail_streak", "forgiven", "confirmed", "changed",
                  "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
                  "met", "ceiling_at")
 
@@ -92,10 +93,11 @@ class RateSearch:
         self.bad: float | None = None
         #: Whether ``bad`` is a limit found at a set host rate (not a burst's rate).
         self.bad_found = False
-        #: Where the limit was last found, and whether it has been seen to move.
+        #: Where the limit was last found, and the highest ceiling a probe met again or the limit
+        #: fell from (``None``: none): a limit well under it fell, and may come back.
         self.ceiling: float | None = None
         self.ceiling_at = -math.inf
-        self.moved = False
+        self.peak: float | None = None
         self.fail_streak = 0
         #: Whether this hold has already forgiven one signal below ``bad`` as noise.
         self.forgiven = False
@@ -151,15 +153,22 @@ class RateSearch:
             return sent * share
         return None
 
+    @property
+    def fallen(self) -> bool:
+        """Whether the limit lies well under where it stood before: it may come back, and a rise
+        is worth its probes. Back at that level, it is a steady limit again."""
+        return self.peak is not None and self.ceiling is not None and self.ceiling * (1 + STEP) ** 2 < self.peak
+
     def hold(self, window: float, fast: bool = True) -> float:
         """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's
-        holds, short at first and for a limit seen to move, growing while the same ceiling is met)."""
+        holds, short at first and for a limit that fell, growing while the same ceiling is met)."""
+        fallen = self.fallen
         if not fast:
-            return window / (MOVED_SHARE if self.moved else 1)
+            return window / (MOVED_SHARE if fallen else 1)
         longest = window * HOLD_WINDOWS
-        if self.moved:
+        if fallen:
             longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
-        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not self.moved)))
+        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not fallen)))
 
     # -- steps -----------------------------------------------------------------
 
@@ -240,17 +249,20 @@ class RateSearch:
             self.ceiling = failed  # under a slow start's overshoot: the limit, found
             self.bad_found = False
         elif failed < self.ceiling / (1 + STEP) ** 2:
-            # Far under the ceiling: the limit moved, unless that ceiling was only just found (a
+            # Far under the ceiling: the limit fell, unless that ceiling was only just found (a
             # burst the limit allows after a pause lets a climb run past it for a second or two).
             if now - self.ceiling_at >= SETTLE:
-                self.moved, self.confirmed = True, 0
+                self.confirmed = 0
+                self.peak = max(self.peak or 0.0, self.ceiling)
             self.ceiling, self.ceiling_at = failed, now
         elif failed <= self.ceiling * (1 + STEP) ** 2:
             if probe:
                 # A probe met the same ceiling again: re-probe less often; met at or past it,
-                # hold closer under it.
+                # hold closer under it (not while the limit has fallen: the hold is short, and
+                # closer is often past the limit, a 429 for little).
                 self.confirmed += 1
-                if failed >= self.ceiling * (1 - 1e-9) and accepted is None:
+                self.peak = max(self.peak or 0.0, min(self.ceiling, failed))
+                if failed >= self.ceiling * (1 - 1e-9) and accepted is None and not self.fallen:
                     new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
             self.ceiling = min(self.ceiling, failed)
         elif failed > self.ceiling:
@@ -291,9 +303,9 @@ class RateSearch:
             self.forgiven = False
             self.probing = True
         if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
-            # Clean past a ceiling a probe had met again: the limit rose. One met only once may have
-            # been a burst's (a fleet's first requests arrive together), and passing it is no move.
-            self.moved, self.confirmed = self.moved or self.confirmed > 0, 0
+            # Clean past the ceiling: the limit rose (or the ceiling was a burst's: a fleet's first
+            # requests arrive together). The next ceiling found is met by probes of its own.
+            self.confirmed = 0
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             # Past what the pool sends the rate limits nothing: dropped, unless a host-wide limit
             # was met within the window. It then stays just above the pool's rate, which it spaces
@@ -308,6 +320,10 @@ class RateSearch:
         risen = self.probing and self.ceiling is not None and rate > self.ceiling * RISEN
         self.climbed_fast = fast and (self.starting or risen)
         climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
+        if self.climbed_fast and risen and self.fallen:
+            # A fallen limit came back: straight to a step under where it fell from, which the host
+            # took before (slow-start steps from the low ceiling take seconds at the old rate).
+            climbed = max(climbed, self.peak / (1 + STEP))  # type: ignore[operator]
         if self.bad is not None and not burst:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
         return climbed
