@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -694,7 +695,9 @@ def test_adaptive_mode_sets_a_host_rate_instead_of_pausing_a_host_that_had_none(
     assert dgate.host("a").paused_until == pytest.approx(dft.now + 2.0)
 
 
-def test_a_429_sent_before_a_climb_cuts_the_rate_and_one_sent_before_a_cut_is_answered_for() -> None:
+def test_a_429_sent_before_a_climb_cuts_the_rate_and_one_sent_before_a_cut_is_answered_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     p, gate, ft, _ = policy(True)
     eps = [st.endpoint for st in gate.endpoints.values()]
     p.ok("a", 200, granted_at=ft.now)  # slow start: a host rate
@@ -708,8 +711,12 @@ def test_a_429_sent_before_a_climb_cuts_the_rate_and_one_sent_before_a_cut_is_an
     cut = gate.host("a").interval
     assert cut > climbed
     ft.advance(0.1)
-    p.rate_limited("a", eps[1], 2.0, granted_at=sent + 0.2)  # sent before the cut: already answered for
+    with caplog.at_level(logging.DEBUG, logger="scrapy_polite.throttle.policy"):
+        p.rate_limited("a", eps[1], 2.0, granted_at=sent + 0.2)  # sent before the cut: already answered for
     assert gate.host("a").interval == cut
+    assert [r.getMessage() for r in caplog.records] == [
+        f"scrapy-polite: a 429 via {eps[1].label} answered for by the host rate cut since it was sent "
+        f"(host rate now {1 / cut:.2f} req/s)"]
     ft.advance(1.0)
     p.rate_limited("a", eps[2], 2.0, granted_at=ft.now - 0.2)  # sent at the cut rate: cut again
     assert gate.host("a").interval > cut
@@ -1059,7 +1066,9 @@ def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bou
     assert r.bad == 2.0 and r.ceiling == 3.0
 
 
-def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_for_by_it() -> None:
+def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_for_by_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # A per-IP limit of 0.5 s under a 0.41-0.51 s band: the requests in flight when the first 429 raised the
     # band come back limited together, on several IPs within a moment, as the host's rate peaks. They were
     # sent at gaps the raised band no longer allows: already answered for, not a host-wide limit.
@@ -1079,10 +1088,14 @@ def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_f
     assert band[0] > 0.42
     before = len(changes)
     gate.host("a").grants += 12  # the host's rate at a new high
-    for i, gap in enumerate((0.5, 0.44, 0.47), start=1):
-        ft.advance(0.05)
-        p.rate_limited("a", eps[i], 2.0, gap=gap, slack=0.0, granted_at=sent + 0.01 * i)
+    with caplog.at_level(logging.DEBUG, logger="scrapy_polite.throttle.policy"):
+        for i, gap in enumerate((0.5, 0.44, 0.47), start=1):
+            ft.advance(0.05)
+            p.rate_limited("a", eps[i], 2.0, gap=gap, slack=0.0, granted_at=sent + 0.01 * i)
     assert gate.host("a").interval == 0 and gate.host("a").delay == band and len(changes) == before
+    # Nothing changed, and the log says why (at DEBUG).
+    answered = [r.getMessage() for r in caplog.records if "answered for by the spacing raised" in r.getMessage()]
+    assert len(answered) == 3 and f"via {eps[2].label}" in answered[1] and "gap 0.44 s" in answered[1]
     # Sent after the raise, at gaps the band allows, they are weighed as usual: here, a host-wide limit.
     for i in range(4, 8):
         ft.advance(0.05)

@@ -20,6 +20,7 @@ Every change goes to *notify* once, with its evidence.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -52,6 +53,8 @@ RATE_STEP_COST = 1 - 1 / (1 + STEP)
 #: Adaptive mode narrows the spacing under a host rate while the pool at its spacing sends less
 #: than this multiple of the rate.
 POOL_HEADROOM = 1.5
+logger = logging.getLogger(__name__)
+
 #: A host signal read back from a shared state (``POLITE_STATE``) within this many seconds of one
 #: this process shared is its own: converted to this process's clock, the two are that close.
 OWN_SIGNAL = 0.5
@@ -163,7 +166,10 @@ class ThrottlePolicy:
         p, old, sent = self._signalled(host, endpoint, delay, now)
         # The requests a band too narrow sent before its raise come back limited together, on several
         # IPs within a moment: weighed again, they would look like a host-wide limit.
-        if p.spacing.answered(gap, now if granted_at is None else granted_at, gate.host(host).delay):
+        band = gate.host(host).delay
+        if p.spacing.answered(gap, now if granted_at is None else granted_at, band):
+            logger.debug("scrapy-polite: %s %s via %s answered for by the spacing raised since it was sent "
+                         "(gap %.2f s, spacing now %.2f-%.2f s)", host, status, endpoint.label, gap, *band)
             return
         window = cfg.recovery_window
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
@@ -183,7 +189,7 @@ class ThrottlePolicy:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
         else:
             sent_at = now if granted_at is None else granted_at
-            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now)
+            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status)
             if not cfg.adaptive or gate.host(host).limit <= 1:
                 # Without adaptive mode a host-wide signal halves concurrency (once per
                 # recovery window: a burst of 429s is one signal); a per-IP one never does.
@@ -378,7 +384,8 @@ class ThrottlePolicy:
     # -- host rate (host-wide caps) ------------------------------------------
 
     def _host_signal(
-        self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float
+        self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float,
+        status: int = 429,
     ) -> list[str]:
         """A signal not explained by the endpoint's spacing: the host's total rate."""
         cfg, gate = self.config, self.gate
@@ -397,6 +404,9 @@ class ThrottlePolicy:
             new = p.rate.limited(signal, now)
             if new is not KEEP:
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
+        else:
+            logger.debug("scrapy-polite: %s %s via %s answered for by the host rate cut since it was sent "
+                         "(host rate now %s)", host, status, endpoint.label, _rate(h.interval))
         self._share_signal(p, host, now)
         # In adaptive mode a host rate in force (set just now if none was) answers for a
         # host-wide limit: the rate search steps it down, a pause on top only costs pages.
