@@ -816,8 +816,9 @@ def test_a_cut_elsewhere_from_the_known_ceiling_doubles_the_hold_here_as_a_probe
     first = r.hold(W)
     assert r.follow(3.03, 8.0)  # another process's probe ...
     assert r.follow(2.88, 8.5)  # ... met it again and cut
-    assert r.confirmed == 1 and r.hold(W) == 2 * first
+    assert r.confirmed == 1 and r.hold(W) == 2 * first and r.peak == pytest.approx(3.03)
     assert r.follow(1.5, 20.0) and r.confirmed == 1  # a cut from far under it is no probe of it
+    assert r.follow(1.0, 25.0) and r.fallen  # the limit fell there: here too, its probes come often
 
 
 def test_a_failure_another_process_met_is_held_under_as_this_searchs_own_and_a_newer_own_one_stays() -> None:

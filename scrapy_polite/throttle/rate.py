@@ -192,6 +192,7 @@ class RateSearch:
             self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
             if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
                 self.confirmed += 1
+                self.peak = max(self.peak or 0.0, min(self.ceiling, old))
             if self.ceiling is None or old < self.ceiling:
                 self.ceiling, self.ceiling_at = old, since
         return True
