@@ -194,39 +194,35 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
     assert r.confirmed == 0 and r.hold(W) == 2 * HOLD_FIRST
 
 
-def test_a_risen_limits_overshoot_is_an_upper_bound_and_probes_below_it_confirm_the_ceiling() -> None:
+def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_is_probed_as_a_steady_one() -> None:
     # The cap went 6 -> 2 -> 6 req/s: held at 2, the search probes past it, and once two steps past
-    # it cleanly, the limit came back: it goes straight to a step under the 6.6 it fell from, then by
-    # slow-start steps to 7.5 (429), and 6.24 fails too. The limit is at 6.24, not 7.5, and each probe
-    # that meets it again doubles the next hold (it re-probed every 3 s, a 429 each time).
+    # it cleanly, the limit came back: it goes straight to a step under the 6.6 it fell from and holds
+    # there (slow-start steps from 2.66 ran past 6.6 into a 429, and a second one found the ceiling).
+    # Back where it stood, each probe that meets it doubles the next hold (it re-probed every 5 s).
     r = RateSearch()
     r.clean(6.0, 0.0, W, math.inf, fast=False)
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
-    r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop: a move (the first one below is forgiven)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop: a fall (the first one below is forgiven)
     r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
     assert r.fallen and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
+    r.confirmed = 3  # three probes met the 2.2 ceiling while it stayed
     r.changed = 6.0
     rate, climb = 2.0, []
-    for t in range(10):  # past the hold: the probe, then slow-start steps while clean
+    for t in range(4):  # past the hold: the probe, then steps while clean
         rate = r.clean(rate, 12.0 + t / 2, W, math.inf)
         climb.append(rate)
-        if rate > 7.0:
-            break
-    assert climb == pytest.approx([2.2, 2.42, 2.662, 6.6 / (1 + STEP), 6.6 / (1 + STEP) * (1 + START_STEP)])
-    assert r.climbed_fast
-    r.limited(Signal(rate, rate, False, 0.5), 16.0)
-    assert r.ceiling == pytest.approx(rate) and r.provisional
-    r.limited(Signal(6.24, 6.24, False, 0.5), 17.0)
-    assert r.ceiling == pytest.approx(6.24)
+    assert climb == pytest.approx([2.2, 2.42, 2.662, 6.6 / (1 + STEP)])
+    assert not r.fallen and r.ceiling == pytest.approx(6.6) and r.bad == pytest.approx(6.6) and not r.climbed_fast
+    assert r.confirmed == 0 and r.hold(W) == 2 * HOLD_FIRST  # its own probes count from none
+    r.changed = 13.5
+    assert r.clean(6.0, 14.0, W, math.inf) is KEEP  # held a step under where it stood
     holds = []
-    for t in (20.0, 30.0, 45.0, 60.0, 80.0):
+    for t in (20.0, 35.0, 60.0, 110.0, 200.0):
         r.changed = t - r.hold(W) - 0.1
-        assert r.clean(5.7, t, W, math.inf) == pytest.approx(5.7 * (1 + STEP))  # past the hold: the probe
-        r.limited(Signal(6.27, 6.27, False, 0.5), t + 0.5)  # meets the same ceiling
+        assert r.clean(6.0, t, W, math.inf) == pytest.approx(6.6)  # past the hold: the probe
+        r.limited(Signal(6.6, 6.6, False, 0.5), t + 0.5)  # meets the same ceiling
         holds.append(r.hold(W))
-    # Back at the level it fell from (6.6): re-probed as a steady limit, each probe doubling the hold.
-    assert not r.fallen and holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS,
-                                      W * HOLD_WINDOWS]
+    assert holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
 
 
 def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_the_last_step() -> None:

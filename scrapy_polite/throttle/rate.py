@@ -322,9 +322,15 @@ class RateSearch:
         self.climbed_fast = fast and (self.starting or risen)
         climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
         if self.climbed_fast and risen and self.fallen:
-            # A fallen limit came back: straight to a step under where it fell from, which the host
-            # took before (slow-start steps from the low ceiling take seconds at the old rate).
-            climbed = max(climbed, self.peak / (1 + STEP))  # type: ignore[operator]
+            # A fallen limit came back: the search resumes where it stood, a step under that ceiling,
+            # held there and probed as before the fall (slow-start steps from the low ceiling take
+            # seconds, and run past where it stood: a 429).
+            peak = self.peak
+            assert peak is not None
+            self.ceiling, self.ceiling_at, self.provisional = peak, now, False
+            self.bad, self.bad_found, self.forgiven, self.probing = peak, True, False, False
+            self.climbed_fast, self.confirmed = False, 0  # probes of the low ceiling say nothing of this one
+            return max(rate, peak / (1 + STEP))
         if self.bad is not None and not burst:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
         return climbed
