@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from scrapy_polite.pool.endpoints import Endpoint
     from scrapy_polite.settings.config import PoliteConfig
 
+logger = logging.getLogger(__name__)
+
 #: Spacing never grows past this multiple of ``POLITE_DELAY``'s upper end.
 DELAY_CEILING = 4.0
 #: A host interval below this is dropped: the other limits bind first.
@@ -53,8 +55,6 @@ RATE_STEP_COST = 1 - 1 / (1 + STEP)
 #: Adaptive mode narrows the spacing under a host rate while the pool at its spacing sends less
 #: than this multiple of the rate.
 POOL_HEADROOM = 1.5
-logger = logging.getLogger(__name__)
-
 #: A host signal read back from a shared state (``POLITE_STATE``) within this many seconds of one
 #: this process shared is its own: converted to this process's clock, the two are that close.
 OWN_SIGNAL = 0.5

@@ -50,7 +50,7 @@ NEAR = 0.01
 #: Without adaptive mode the hold is one recovery window, this share of one while the limit has
 #: fallen: a rise is found at the next probe, and then takes a few seconds of 10% steps.
 MOVED_SHARE = 4
-#: A ceiling stands this many seconds before a failure far under it means the limit moved.
+#: A ceiling stands this many seconds before a failure far under it means the limit fell.
 SETTLE = 3.0
 #: A probe clean at a rate this factor past the ceiling (two steps: one 429 a little under the
 #: limit, where requests sent at the rate arrive bunched, sets a ceiling a step low) means the
