@@ -385,7 +385,7 @@ class ThrottlePolicy:
 
     def _host_signal(
         self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float,
-        status: int = 429,
+        status: int,
     ) -> list[str]:
         """A signal not explained by the endpoint's spacing: the host's total rate."""
         cfg, gate = self.config, self.gate

@@ -170,6 +170,12 @@ class RateSearch:
             longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not fallen)))
 
+    def _met_again(self, level: float) -> None:
+        """A probe (here or in another process sharing the host) met the ceiling again at *level*:
+        the next hold doubles, and the limit stood there."""
+        self.confirmed += 1
+        self.peak = max(self.peak or 0.0, level)
+
     # -- steps -----------------------------------------------------------------
 
     def follow(self, rate: float | None, since: float) -> bool:
@@ -191,8 +197,7 @@ class RateSearch:
             self.good, self.fail_streak = None, 0
             self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
             if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
-                self.confirmed += 1
-                self.peak = max(self.peak or 0.0, min(self.ceiling, old))
+                self._met_again(min(self.ceiling, old))
             if self.ceiling is None or old < self.ceiling:
                 self.ceiling, self.ceiling_at = old, since
         return True
@@ -261,8 +266,7 @@ class RateSearch:
                 # A probe met the same ceiling again: re-probe less often; met at or past it,
                 # hold closer under it (not while the limit has fallen: the hold is short, and
                 # closer is often past the limit, a 429 for little).
-                self.confirmed += 1
-                self.peak = max(self.peak or 0.0, min(self.ceiling, failed))
+                self._met_again(min(self.ceiling, failed))
                 if failed >= self.ceiling * (1 - 1e-9) and accepted is None and not self.fallen:
                     new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
             self.ceiling = min(self.ceiling, failed)
