@@ -43,7 +43,7 @@ async def test_one_process_keeps_every_limit_through_redis(sandbox, redis_server
     assert len(result.items) == 30
     assert max_inflight_per_ip(log) == 1
     assert max_inflight_host(log, "a") <= 2
-    assert min_spacing_per_ip(log, "a") >= 0.8 - 0.02
+    assert min_spacing_per_ip(log, "a") >= 0.8 - 0.1  # measured at the site, after a proxy hop
     assert len({e["ip"] for e in log}) == 8
     assert statuses(log).get(429, 0) == 0
 
@@ -181,7 +181,10 @@ def test_four_processes_share_one_request_per_endpoint(sandbox, redis_server, tm
     assert max_inflight_per_ip(log) == 1
     assert statuses(log).get(403, 0) == 0
     assert statuses(log).get(429, 0) <= pages * 0.05
-    assert min_spacing_per_ip(log, "a") >= FLEET_DELAY[0] - 0.05
+    # Spaced through Redis across processes (unshared spacing would let another process follow
+    # within a latency); measured at the site, after a proxy hop that four crawler processes on
+    # two cores can delay by tens of milliseconds (0.984 s seen in a CI run).
+    assert min_spacing_per_ip(log, "a") >= FLEET_DELAY[0] - 0.15
     # The target sets the pace, not the number of processes: four processes do at least
     # as well as one, and never more than the 8 exit IPs' spacing allows.
     assert 0.75 * one_rate <= ok_rate(log) <= len(fleet.proxy_exit_ips) / FLEET_DELAY[0] * 1.05
@@ -322,7 +325,7 @@ async def test_redis_lost_mid_crawl_holds_requests_then_carries_on(sandbox, redi
     assert max_inflight_per_ip(log) == 1
     # Spaced by the gate (a request without it would follow at once); measured at the site, after
     # a proxy hop whose time varies on a loaded machine (0.579 s seen in a CI run), as the fleet's.
-    assert min_spacing_per_ip(log, "a") >= 0.6 - 0.05
+    assert min_spacing_per_ip(log, "a") >= 0.6 - 0.1
     messages = [r.getMessage() for r in caplog.records]
     assert any("lost the shared state" in m for m in messages)
     assert any("is back after" in m for m in messages)
