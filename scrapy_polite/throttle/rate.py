@@ -170,6 +170,11 @@ class RateSearch:
             longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not fallen)))
 
+    def _hold_under(self, level: float, found: bool) -> None:
+        """Hold a step under *level*, a rate the limit was met at (*found*: under a host rate in
+        force), without probing past it yet."""
+        self.bad, self.bad_found, self.forgiven, self.probing = level, found, False, False
+
     def _met_again(self, level: float) -> None:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:
         the next hold doubles, and the limit stood there."""
@@ -195,7 +200,7 @@ class RateSearch:
         if old is not None and rate is not None and rate < old:
             self.cut = max(self.cut, since)
             self.good, self.fail_streak = None, 0
-            self.bad, self.bad_found, self.forgiven, self.probing = old, True, False, False
+            self._hold_under(old, True)
             if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
                 self._met_again(min(self.ceiling, old))
             if self.ceiling is None or old < self.ceiling:
@@ -215,7 +220,7 @@ class RateSearch:
         self.last_limited = at
         if found and self.bad_found and self.bad is not None and failed > self.bad:
             return
-        self.bad, self.bad_found, self.forgiven, self.probing = failed, found, False, False
+        self._hold_under(failed, found)
         self.good, self.fail_streak = None, 0
         if found and (self.ceiling is None or failed < self.ceiling):
             self.ceiling, self.ceiling_at = failed, at
@@ -332,7 +337,7 @@ class RateSearch:
             peak = self.peak
             assert peak is not None
             self.ceiling, self.ceiling_at, self.provisional = peak, now, False
-            self.bad, self.bad_found, self.forgiven, self.probing = peak, True, False, False
+            self._hold_under(peak, True)
             self.climbed_fast, self.confirmed = False, 0  # probes of the low ceiling say nothing of this one
             return max(rate, peak / (1 + STEP))
         if self.bad is not None and not burst:
