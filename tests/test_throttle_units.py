@@ -13,16 +13,20 @@ from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.policy import ThrottlePolicy
 from scrapy_polite.throttle.rate import (
+    FOUND,
     HOLD_FIRST,
     HOLD_WINDOWS,
     KEEP,
+    MET_AT,
     SETTLE,
     START_STEP,
     STEP,
+    Ceiling,
     RateSearch,
     Signal,
 )
 from scrapy_polite.throttle.spacing import HOLD, MARGIN, MIN_JITTER, SpacingEstimator
+from scrapy_polite.throttle.traffic import MIN_ANSWERS, Traffic
 
 pytestmark = pytest.mark.once
 
@@ -143,6 +147,34 @@ def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_com
 # -- host rate -----------------------------------------------------------------
 
 
+def test_a_ceiling_is_found_under_an_overshoot_met_again_by_probes_and_remembered_when_it_falls() -> None:
+    c = Ceiling()
+    assert c.failed(5.0, 1.0, probe=False, climbed_fast=True) == "" and c.level == 5.0 and c.provisional
+    assert c.failed(4.5, 2.0, probe=False, climbed_fast=False) == FOUND  # under a slow start's overshoot
+    assert c.level == 4.5 and c.at == 1.0 and not c.provisional
+    assert c.failed(4.4, 3.0, probe=True, climbed_fast=False) == "" and c.level == 4.4  # a little under it
+    assert c.failed(4.6, 4.0, probe=True, climbed_fast=False) == MET_AT  # a probe at or past it
+    assert c.confirmed == 2 and c.level == 4.4 and c.hold(W) == 8 * HOLD_FIRST and not c.fallen
+    c.bound(4.2, 5.0)  # met under a host rate in force elsewhere: no higher than that
+    assert c.level == 4.2 and c.at == 5.0
+    c.bound(4.3, 6.0)
+    assert c.level == 4.2
+    assert c.failed(2.0, 5.0 + SETTLE, probe=False, climbed_fast=False) == ""  # far under, once it stood
+    assert c.fallen and c.peak == 4.4 and c.level == 2.0 and c.confirmed == 0 and c.hold(W) == HOLD_FIRST
+    c.passed(2.4)  # clean a step past it: nothing learnt
+    assert c.level == 2.0
+    assert c.back(20.0) == 4.4 and c.level == 4.4 and c.at == 20.0 and not c.fallen
+
+
+def test_a_failure_far_under_a_ceiling_just_found_is_no_fall() -> None:
+    c = Ceiling()
+    c.failed(6.0, 1.0, probe=False, climbed_fast=False)
+    c.failed(3.0, 1.0 + SETTLE / 2, probe=False, climbed_fast=False)  # a burst after a pause ran past it
+    assert c.level == 3.0 and c.peak is None and not c.fallen
+    c.failed(8.0, 10.0, probe=False, climbed_fast=True)  # far past it: the limit rose, an overshoot's bound
+    assert c.level == 8.0 and c.provisional
+
+
 def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> None:
     r = RateSearch()
     assert r.clean(4.0, 0.0, W, math.inf) == pytest.approx(5.0)  # slow start: no limit found yet
@@ -160,17 +192,17 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
     for t in range(7):
         r.clean(4.0, 100.0 * t, W, math.inf)
         r.limited(Signal(4.4, 4.4, False, 0.5), 100.0 * t + 1)
-        holds.append(r.hold(W))
+        holds.append(r.ceiling.hold(W))
     # A steady limit: re-probed more and more rarely (each probe is a 429), at most HOLD_WINDOWS windows apart.
     assert holds == [HOLD_FIRST * 2, HOLD_FIRST * 4, HOLD_FIRST * 8, HOLD_FIRST * 16, W * HOLD_WINDOWS,
                      W * HOLD_WINDOWS, W * HOLD_WINDOWS]
-    assert r.hold(W, fast=False) == W  # without adaptive mode: one window, always
+    assert r.ceiling.hold(W, fast=False) == W  # without adaptive mode: one window, always
     r.clean(4.0, 1000.0, W, math.inf)
     assert r.limited(Signal(4.4, 4.4, False, 0.5), 1001.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
     r.limited(Signal(2.0, 2.0, False, 0.5), 1010.0)  # far below it: the limit moved
-    assert r.fallen and r.hold(W) == HOLD_FIRST
+    assert r.ceiling.fallen and r.ceiling.hold(W) == HOLD_FIRST
     # Without adaptive mode: a quarter window once fallen, so a cap that rises is found within it.
-    assert r.hold(W, fast=False) == W / 4
+    assert r.ceiling.hold(W, fast=False) == W / 4
 
 
 def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_not_end_the_run() -> None:
@@ -191,7 +223,7 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
         r.changed = t - 0.5  # each signal set a new rate just before
         r.clean(rate, t, W, math.inf)
         r.limited(Signal(rate, rate, False, 0.5), t + 0.5)
-    assert r.confirmed == 0 and r.hold(W) == 2 * HOLD_FIRST
+    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == 2 * HOLD_FIRST
 
 
 def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_is_probed_as_a_steady_one() -> None:
@@ -204,24 +236,24 @@ def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_i
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
     r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop: a fall (the first one below is forgiven)
     r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
-    assert r.fallen and r.ceiling == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
-    r.confirmed = 3  # three probes met the 2.2 ceiling while it stayed
+    assert r.ceiling.fallen and r.ceiling.level == pytest.approx(2.2) and r.bad == pytest.approx(2.2)
+    r.ceiling.confirmed = 3  # three probes met the 2.2 ceiling while it stayed
     r.changed = 6.0
     rate, climb = 2.0, []
     for t in range(4):  # past the hold: the probe, then steps while clean
         rate = r.clean(rate, 12.0 + t / 2, W, math.inf)
         climb.append(rate)
     assert climb == pytest.approx([2.2, 2.42, 2.662, 6.6 / (1 + STEP)])
-    assert not r.fallen and r.ceiling == pytest.approx(6.6) and r.bad == pytest.approx(6.6) and not r.climbed_fast
-    assert r.confirmed == 0 and r.hold(W) == 2 * HOLD_FIRST  # its own probes count from none
+    assert not r.ceiling.fallen and r.ceiling.level == pytest.approx(6.6) and r.bad == pytest.approx(6.6) and not r.climbed_fast
+    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == 2 * HOLD_FIRST  # its own probes count from none
     r.changed = 13.5
     assert r.clean(6.0, 14.0, W, math.inf) is KEEP  # held a step under where it stood
     holds = []
     for t in (20.0, 35.0, 60.0, 110.0, 200.0):
-        r.changed = t - r.hold(W) - 0.1
+        r.changed = t - r.ceiling.hold(W) - 0.1
         assert r.clean(6.0, t, W, math.inf) == pytest.approx(6.6)  # past the hold: the probe
         r.limited(Signal(6.6, 6.6, False, 0.5), t + 0.5)  # meets the same ceiling
-        holds.append(r.hold(W))
+        holds.append(r.ceiling.hold(W))
     assert holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
 
 
@@ -231,12 +263,12 @@ def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_
     r = RateSearch()
     r.clean(5.5, 0.0, W, math.inf, fast=False)
     r.limited(Signal(6.1, 6.1, False, 0.5), 1.0)
-    r.changed = 1.0 - r.hold(W) - 0.1
+    r.changed = 1.0 - r.ceiling.hold(W) - 0.1
     r.clean(5.55, 10.0, W, math.inf)  # past the hold: the probe
     r.limited(Signal(6.1, 6.1, False, 0.5), 10.5)  # meets it again
     for t, rate in ((20.0, 5.8), (20.2, 5.3), (20.5, 4.4), (21.0, 3.0)):
         r.limited(Signal(rate, rate, False, 0.5), t)
-    assert r.fallen and r.peak == pytest.approx(6.1) and r.ceiling == pytest.approx(3.0)
+    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.level == pytest.approx(3.0)
 
 
 def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_under_not_closer() -> None:
@@ -247,16 +279,16 @@ def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_und
     r.limited(Signal(6.6, 6.6, False, 0.5), 1.0)
     r.limited(Signal(2.2, 2.2, False, 0.5), 5.0)  # the drop
     r.limited(Signal(2.2, 2.2, False, 0.5), 6.0)
-    assert r.fallen and r.peak == pytest.approx(6.6) and r.ceiling == pytest.approx(2.2)
+    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.6) and r.ceiling.level == pytest.approx(2.2)
     holds, after = [], []
     for t in (20.0, 30.0, 45.0, 60.0, 80.0):
-        r.changed = t - r.hold(W) - 0.1
+        r.changed = t - r.ceiling.hold(W) - 0.1
         assert r.clean(2.0, t, W, math.inf) == pytest.approx(2.2)  # past the hold: the probe
         after.append(r.limited(Signal(2.2, 2.2, False, 0.5), t + 0.5))  # meets the same ceiling
-        holds.append(r.hold(W))
+        holds.append(r.ceiling.hold(W))
     assert holds == [W / 4, W / 4, W / 4, W / 2, W]
     assert after == [pytest.approx(2.0)] * 5  # a step under, not 5% under
-    assert r.hold(W, fast=False) == W / 4
+    assert r.ceiling.hold(W, fast=False) == W / 4
 
 
 def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
@@ -266,25 +298,44 @@ def test_a_failure_a_little_under_the_ceiling_lowers_it() -> None:
     r.changed = 1.0
     assert r.clean(5.3, 2.0, W, math.inf) == pytest.approx(5.83)  # two steps under it: a step up
     r.limited(Signal(5.83, 5.83, False, 0.5), 3.0)  # between one and two steps under 6.6
-    assert r.ceiling == pytest.approx(5.83) and not r.fallen
+    assert r.ceiling.level == pytest.approx(5.83) and not r.ceiling.fallen
 
 
 def test_rate_takes_what_the_host_accepted_when_many_answers_fail() -> None:
-    r = RateSearch()
+    traffic = Traffic()
     for i in range(12):
-        r.answer(i % 2 == 0, i * 0.1)
-    assert r.limited(Signal(6.0, 6.0, False, 0.5)) == pytest.approx(max(3.0, 6.0 * 6 / 12))
+        traffic.answer(i % 2 == 0, i * 0.1)
+    took = traffic.accepted(6.0, 6.0)
+    assert took == pytest.approx(3.0)
+    assert RateSearch().limited(Signal(6.0, 6.0, False, 0.5, took)) == pytest.approx(3.0)
+
+
+def test_traffic_measures_the_rate_granted_over_its_window_and_needs_enough_answers() -> None:
+    traffic = Traffic()
+    assert traffic.sent_rate(0, 0.0) == 0.0
+    assert traffic.sent_rate(4, 0.5) == pytest.approx(4.0)  # over at least SPAN_MIN
+    assert traffic.sent_rate(12, 2.0) == pytest.approx(6.0)
+    assert traffic.sent_rate(24, 6.0) == pytest.approx(3.0)  # the window keeps the last point before it
+    for _ in range(MIN_ANSWERS - 1):
+        traffic.answer(False, 6.0)
+    assert traffic.accepted(3.0) is None  # too few answers to say
+    traffic.answer(True, 6.0)
+    assert traffic.accepted(3.0) == pytest.approx(0.3)
+    for _ in range(40):
+        traffic.answer(True, 10.0)  # the failures are older than the window
+    assert traffic.accepted(3.0) is None
 
 
 def test_a_climbs_window_says_nothing_of_what_the_host_accepts_at_its_top() -> None:
-    r = RateSearch()
+    traffic = Traffic()
     for i in range(12):
-        r.answer(i % 4 != 0, i * 0.25)  # 3 of 12 failed
-    assert r.accepted(6.0, 6.24) == pytest.approx(6.0 * 0.75)  # sent near the rate in force
-    assert r.accepted(4.4, 6.24) is None  # sent well under it: the rate climbed through the window
+        traffic.answer(i % 4 != 0, i * 0.25)  # 3 of 12 failed
+    assert traffic.accepted(6.0, 6.24) == pytest.approx(6.0 * 0.75)  # sent near the rate in force
+    assert traffic.accepted(4.4, 6.24) is None  # sent well under it: the rate climbed through the window
+    r = RateSearch()
     # A cut from the top of a climb steps down from the clean rate, not to the window's share.
     r.clean(5.68, 3.0, W, math.inf)
-    assert r.limited(Signal(6.24, 4.4, False, 0.5), 3.1) == pytest.approx(5.68)
+    assert r.limited(Signal(6.24, 4.4, False, 0.5, traffic.accepted(4.4, 6.24)), 3.1) == pytest.approx(5.68)
 
 
 def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_move() -> None:
@@ -295,10 +346,10 @@ def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_mov
     assert r.limited(Signal(3.90625, 3.9, False, 0.5), 1.0) == pytest.approx(3.125)
     r.changed = 1.0
     r.limited(Signal(3.125, 3.1, False, 0.5), 2.0)
-    assert r.ceiling == pytest.approx(3.125) and not r.fallen and r.bad == pytest.approx(3.125)
+    assert r.ceiling.level == pytest.approx(3.125) and not r.ceiling.fallen and r.bad == pytest.approx(3.125)
     r.changed = 2.0
     assert r.clean(2.9, 3.0, W, math.inf) is KEEP  # held one step under 3.125, for a steady limit's hold
-    assert r.hold(W) == 2 * HOLD_FIRST
+    assert r.ceiling.hold(W) == 2 * HOLD_FIRST
 
 
 def test_a_probe_past_the_ceiling_that_stays_clean_climbs_by_slow_start_steps() -> None:
@@ -307,7 +358,7 @@ def test_a_probe_past_the_ceiling_that_stays_clean_climbs_by_slow_start_steps() 
     r.limited(Signal(4.4, 4.4, False, 0.5), 1.0)  # the ceiling: 4.4
     r.changed = 1.0
     assert r.clean(4.0, 1.5, W, math.inf) is KEEP  # holding under it
-    assert r.clean(4.0, 1.0 + r.hold(W) + 0.1, W, math.inf) == pytest.approx(4.4)  # the probe
+    assert r.clean(4.0, 1.0 + r.ceiling.hold(W) + 0.1, W, math.inf) == pytest.approx(4.4)  # the probe
     assert r.clean(4.4, 20.0, W, math.inf) == pytest.approx(4.84)  # clean at the ceiling: a step past it
     # Clean a step past it: a ceiling set a step low by one 429 from requests that arrived bunched
     # looks the same, so another 10% step ...
@@ -791,7 +842,7 @@ def test_a_rate_cut_by_another_process_is_held_under_as_this_searchs_own() -> No
     r.follow(4.0, 0.0)  # the rate in force when this process met the host
     assert r.starting
     assert r.follow(3.0, 1.0)  # another process met the limit at 4 and cut to 3
-    assert not r.starting and r.bad == 4.0 and r.ceiling == 4.0 and r.changed == 1.0
+    assert not r.starting and r.bad == 4.0 and r.ceiling.level == 4.0 and r.changed == 1.0
     # Held one step under the rate that failed for the hold, as after its own signal; then a probe.
     assert r.clean(3.0, 2.0, W, math.inf, fast=False) == pytest.approx(3.0 * (1 + STEP))
     assert r.clean(3.7, 3.0, W, math.inf, fast=False) is KEEP  # a step under 4
@@ -809,12 +860,12 @@ def test_a_cut_elsewhere_from_the_known_ceiling_doubles_the_hold_here_as_a_probe
     r.clean(2.9, 0.5, W, math.inf, fast=False)
     r.limited(Signal(3.03, 3.03, False, 0.5), 1.0)  # this process found the ceiling at 3.03
     r.seen = 2.75
-    first = r.hold(W)
+    first = r.ceiling.hold(W)
     assert r.follow(3.03, 8.0)  # another process's probe ...
     assert r.follow(2.88, 8.5)  # ... met it again and cut
-    assert r.confirmed == 1 and r.hold(W) == 2 * first and r.peak == pytest.approx(3.03)
-    assert r.follow(1.5, 20.0) and r.confirmed == 1  # a cut from far under it is no probe of it
-    assert r.follow(1.0, 25.0) and r.fallen  # the limit fell there: here too, its probes come often
+    assert r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 2 * first and r.ceiling.peak == pytest.approx(3.03)
+    assert r.follow(1.5, 20.0) and r.ceiling.confirmed == 1  # a cut from far under it is no probe of it
+    assert r.follow(1.0, 25.0) and r.ceiling.fallen  # the limit fell there: here too, its probes come often
 
 
 def test_a_failure_another_process_met_is_held_under_as_this_searchs_own_and_a_newer_own_one_stays() -> None:
@@ -855,7 +906,7 @@ def test_a_rate_past_the_pool_stays_through_the_window_after_a_limit_met_elsewhe
     r.follow(5.0, 0.0)
     r.follow(4.6, 1.0)  # another process cut from 5 req/s ...
     r.learn(5.0, True, 1.0)  # ... and said so
-    after_hold = 1.0 + r.hold(W) + 0.1
+    after_hold = 1.0 + r.ceiling.hold(W) + 0.1
     assert r.clean(4.6, after_hold, W, 3.0) is KEEP
     assert r.clean(4.6, 1.0 + W + 0.1, W, 3.0) is None  # a window later, it limits nothing
 
@@ -991,12 +1042,12 @@ def test_a_climb_never_lands_within_a_step_of_the_rate_that_failed_during_the_ho
     # more than a step under it; a 10% climb then landed on 3.036 and drew the next 429 a second later.
     r = RateSearch()
     r.follow(2.76, 0.0)
-    r.good, r.ceiling = 2.76, 3.04
+    r.good, r.ceiling.level = 2.76, 3.04
     assert r.limited(Signal(3.04, 3.0, False, 0.5), 1.0) == pytest.approx(2.76)
     assert r.clean(2.76, 2.0, W, math.inf) is KEEP  # a hair under the hold: at it
     assert r.clean(2.6, 2.5, W, math.inf) == pytest.approx(3.04 / 1.1)  # from further under: up to it
     assert r.clean(2.0, 3.0, W, math.inf) == pytest.approx(2.2)  # a full step where one fits
-    assert r.clean(2.76, 1.0 + r.hold(W) + 0.1, W, math.inf) == pytest.approx(2.76 * 1.1)  # the probe, after the hold
+    assert r.clean(2.76, 1.0 + r.ceiling.hold(W) + 0.1, W, math.inf) == pytest.approx(2.76 * 1.1)  # the probe, after the hold
 
 
 def test_a_probe_climbs_only_on_answers_to_requests_its_rate_held() -> None:
@@ -1007,7 +1058,7 @@ def test_a_probe_climbs_only_on_answers_to_requests_its_rate_held() -> None:
     r.follow(held, 0.0)
     r.limited(Signal(3.0, 3.0, False, 0.5), 0.5)
     r.changed = 0.5
-    after = 0.5 + r.hold(W) + 0.1
+    after = 0.5 + r.ceiling.hold(W) + 0.1
     assert r.clean(held, after, W, 3.3, held=False) is KEEP  # the hold ends, but the rate binds nothing
     assert r.probing
     assert r.clean(held, after + 0.5, W, 3.3, held=True) == pytest.approx(3.0)  # it binds: the probe
@@ -1022,7 +1073,7 @@ def test_a_first_bursts_rate_bounds_no_climb() -> None:
     # so the climb from the cut neither ends a step under it nor holds there.
     r = RateSearch()
     r.limited(Signal(None, 3.0, True, 0.5), 0.0)
-    assert r.bad == 3.0 and not r.bad_found and r.ceiling is None
+    assert r.bad == 3.0 and not r.bad_found and r.ceiling.level is None
     assert r.clean(2.66, 1.0, W, math.inf, fast=False) == pytest.approx(2.66 * 1.1)
     assert r.clean(2.93, 2.0, W, math.inf, fast=False) == pytest.approx(2.93 * 1.1) and r.bad is None
 
@@ -1034,10 +1085,10 @@ def test_a_failure_far_under_a_ceiling_found_only_just_now_is_no_move() -> None:
     r = RateSearch()
     r.limited(Signal(5.85, 5.85, False, 0.5), 10.0)
     r.limited(Signal(3.5, 3.5, False, 0.5), 10.0 + SETTLE / 2)
-    assert not r.fallen and r.ceiling == pytest.approx(3.5)
-    assert r.hold(W, fast=False) == W
+    assert not r.ceiling.fallen and r.ceiling.level == pytest.approx(3.5)
+    assert r.ceiling.hold(W, fast=False) == W
     r.limited(Signal(1.5, 1.5, False, 0.5), 10.0 + SETTLE * 3)  # far under one that stood: a move
-    assert r.fallen and r.ceiling == pytest.approx(1.5)
+    assert r.ceiling.fallen and r.ceiling.level == pytest.approx(1.5)
 
 
 def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bounds_the_ceiling() -> None:
@@ -1047,20 +1098,20 @@ def test_a_failure_met_elsewhere_above_one_met_here_is_no_news_and_one_found_bou
     r = RateSearch()
     r.follow(2.5, 0.0)
     r.learn(3.12, True, 1.0)
-    assert r.ceiling == 3.12 and not r.starting
+    assert r.ceiling.level == 3.12 and not r.starting
     r.clean(2.84, 1.5, W, math.inf)
-    probe = r.clean(2.84, 1.0 + r.hold(W) + 0.1, W, math.inf)  # the hold is over: a probe
+    probe = r.clean(2.84, 1.0 + r.ceiling.hold(W) + 0.1, W, math.inf)  # the hold is over: a probe
     assert probe == pytest.approx(2.84 * (1 + STEP))  # a 10% step, not slow start's 25%
     r.limited(Signal(3.23, 3.23, False, 0.5), 20.0)
     r.changed = 20.0  # the policy sets the cut rate
     assert r.bad == 3.23
     r.learn(3.55, True, 20.1)  # failed elsewhere at a rate cut here since
-    assert r.bad == 3.23 and r.ceiling == 3.12
+    assert r.bad == 3.23 and r.ceiling.level == 3.12
     assert r.clean(2.93, 20.6, W, math.inf) is KEEP  # at the hold under 3.23
     r.learn(3.0, True, 21.0)  # a lower one is news
-    assert r.bad == 3.0 and r.ceiling == 3.0
+    assert r.bad == 3.0 and r.ceiling.level == 3.0
     r.learn(2.0, False, 22.0)  # a burst's rate with no host rate in force bounds no ceiling
-    assert r.bad == 2.0 and r.ceiling == 3.0
+    assert r.bad == 2.0 and r.ceiling.level == 3.0
 
 
 def test_429s_to_requests_a_band_too_narrow_sent_before_its_raise_are_answered_for_by_it(
@@ -1105,7 +1156,7 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
     # Climbing cleanly past that ceiling is no fall: the steady limit keeps its long holds (a fallen limit
     # is re-probed every few seconds, a 429 each). Past one a probe had met again, the count starts over.
     def climb_past(r: RateSearch, t: float) -> None:
-        r.changed = t - r.hold(W) - 0.1
+        r.changed = t - r.ceiling.hold(W) - 0.1
         rate = r.bad / (1 + STEP)
         while rate <= 2.5 * (1 + STEP) ** 2:
             t += 0.5
@@ -1116,12 +1167,12 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
     once = RateSearch()
     once.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
     climb_past(once, 10.0)
-    assert not once.fallen and once.hold(W) == 2 * HOLD_FIRST
+    assert not once.ceiling.fallen and once.ceiling.hold(W) == 2 * HOLD_FIRST
     again = RateSearch()
     again.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
-    again.changed = 10.0 - again.hold(W) - 0.1
+    again.changed = 10.0 - again.ceiling.hold(W) - 0.1
     assert again.clean(2.3, 10.0, W, math.inf) == pytest.approx(2.3 * (1 + STEP))  # the probe
     again.limited(Signal(2.53, 2.53, False, 0.5), 10.5)  # meets the same ceiling
-    assert again.confirmed == 1 and again.hold(W) == 4 * HOLD_FIRST
+    assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 4 * HOLD_FIRST
     climb_past(again, 40.0)
-    assert not again.fallen and again.confirmed == 0 and again.hold(W) == 2 * HOLD_FIRST
+    assert not again.ceiling.fallen and again.ceiling.confirmed == 0 and again.ceiling.hold(W) == 2 * HOLD_FIRST

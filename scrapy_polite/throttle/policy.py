@@ -35,6 +35,7 @@ from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
 from scrapy_polite.throttle.spacing import SpacingEstimator
+from scrapy_polite.throttle.traffic import Traffic
 
 if TYPE_CHECKING:
     from scrapy_polite.gate.base import Gate
@@ -73,6 +74,7 @@ class _HostPolicy:
     parks: int = 0
     spacing: SpacingEstimator = field(default_factory=SpacingEstimator)
     rate: RateSearch = field(default_factory=RateSearch)
+    traffic: Traffic = field(default_factory=Traffic)
     concurrency: ConcurrencyModel = field(default_factory=ConcurrencyModel)
     attribution: Attribution = field(default_factory=Attribution)
     #: What moved concurrency in the decision being made: "cut" (a signal that points at
@@ -87,7 +89,8 @@ class _HostPolicy:
 #: What survives a host's eviction from the throttle: the searches' findings and
 #: when concurrency last stepped down, so a host seen again is not probed from scratch.
 _KEPT = (("concurrency", "last_decrease"), ("", "last_signal"), ("concurrency", "floor_hits"), ("", "parks"),
-         ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate", "ceiling"), ("rate", "peak"),
+         ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate.ceiling", "level"),
+         ("rate.ceiling", "peak"),
          ("spacing", "bad_gap"))
 
 
@@ -106,7 +109,7 @@ def compact(p: _HostPolicy) -> tuple[Any, ...] | None:
 
 def restore(p: _HostPolicy, kept: tuple[Any, ...]) -> None:
     for (part, name), value in zip(_KEPT, kept):
-        setattr(getattr(p, part) if part else p, name, value)
+        setattr(attrgetter(part)(p) if part else p, name, value)
 
 
 class ThrottlePolicy:
@@ -233,8 +236,8 @@ class ThrottlePolicy:
         sent_at = now if granted_at is None else granted_at
         window = cfg.recovery_window
         p.spacing.clean(gap, now, window)
-        p.rate.answer(True, now)
-        sent = p.rate.sent_rate(self.gate.host(host).grants, now)
+        p.traffic.answer(True, now)
+        sent = p.traffic.sent_rate(self.gate.host(host).grants, now)
         p.attribution.clean(sent, now, window, gap)
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
@@ -287,7 +290,7 @@ class ThrottlePolicy:
             if kept is not None:
                 restore(p, kept)
             h = self.gate.host(host)
-            p.rate.grants.append((now, h.grants))
+            p.traffic.sent_rate(h.grants, now)  # the first window starts here
             cfg, limits = self.config, self.config.host_limits(host)
             # Values another process sharing the host set: this one's answers so far were at older ones.
             p.spacing.seen = h.delay
@@ -312,8 +315,8 @@ class ThrottlePolicy:
         old = self._snapshot(host)
         self._follow_fleet(p, host, now)
         p.last_signal = now
-        sent = p.rate.sent_rate(self.gate.host(host).grants, now)
-        p.rate.answer(False, now)
+        sent = p.traffic.sent_rate(self.gate.host(host).grants, now)
+        p.traffic.answer(False, now)
         self.gate.cool_endpoint(endpoint.key, host, delay)
         return p, old, sent
 
@@ -400,7 +403,7 @@ class ThrottlePolicy:
         if sent_at >= p.rate.cut:  # else sent at a rate cut since: already answered for
             # The rate in effect: a host rate above what the pool sends at its spacing binds nothing.
             rate_in_force = min(1 / h.interval, self._pool_rate(h)) if h.interval > 0 else None
-            signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor)
+            signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor, p.traffic.accepted(sent, rate_in_force))
             new = p.rate.limited(signal, now)
             if new is not KEEP:
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]

@@ -11,7 +11,6 @@ was keeps it short for a few probes (a limit that fell may come back).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 from scrapy_polite.gate.state import same
@@ -24,14 +23,6 @@ STEP = 0.1
 #: slow start doubles per round trip; a crawl of a small site lasts seconds, and an
 #: overshoot costs one 429 and a step back).
 START_STEP = 0.25
-#: The rate actually sent is measured over this many seconds of gate grants
-#: (at least ``SPAN_MIN``), for a first cut when the host had no rate yet.
-WINDOW = 3.0
-SPAN_MIN = 1.0
-#: When fewer than this share of the answers over ``WINDOW`` were clean (out of
-#: at least ``MIN_ANSWERS``), the host takes the rate sent times that share.
-CLEAN_SHARE = 0.8
-MIN_ANSWERS = 10
 #: Adaptive mode's first hold below a rate that failed, seconds, while the host's
 #: limit is seen to have fallen (twice this otherwise: each probe of a steady limit
 #: costs a 429); each probe that meets the same ceiling doubles it, up to
@@ -78,86 +69,39 @@ class Signal:
     sent: float  #: req/s the gate granted over ``WINDOW``
     wide: bool  #: several endpoints were limited at once
     backoff: float  #: POLITE_BACKOFF_FACTOR
+    #: What the host took of ``sent`` when many recent answers failed (``Traffic.accepted``).
+    accepted: float | None = None
 
 
-class RateSearch:
-    """One host's search for its host-wide limit."""
+#: How a failure moved a :class:`Ceiling`: under a slow start's overshoot it found the limit, or
+#: a probe met the ceiling again at or past it.
+FOUND = "found"
+MET_AT = "met at"
 
-    __slots__ = ("good", "bad", "bad_found", "ceiling", "peak", "fail_streak", "forgiven", "confirmed", "changed",
-                 "last_limited", "probing", "grants", "answers", "climbed_fast", "provisional", "seen", "cut",
-                 "met", "ceiling_at")
+
+class Ceiling:
+    """Where one host's limit was met, and how often probes met it there: how long to hold under it."""
+
+    __slots__ = ("level", "at", "peak", "confirmed", "provisional")
 
     def __init__(self) -> None:
-        #: The rate last answered cleanly, and the one that drew the last signal.
-        self.good: float | None = None
-        self.bad: float | None = None
-        #: Whether ``bad`` is a limit found at a set host rate (not a burst's rate).
-        self.bad_found = False
-        #: Where the limit was last found, and the highest ceiling a probe met again or the limit
-        #: fell from (``None``: none): a limit well under it fell, and may come back.
-        self.ceiling: float | None = None
-        self.ceiling_at = -math.inf
+        #: The rate the limit was last met at (``None``: none yet), and since when.
+        self.level: float | None = None
+        self.at = -math.inf
+        #: The highest level a probe met again or the limit fell from (``None``: none): a limit
+        #: well under it fell, and may come back.
         self.peak: float | None = None
-        self.fail_streak = 0
-        #: Whether this hold has already forgiven one signal below ``bad`` as noise.
-        self.forgiven = False
-        #: Probes that met the same ceiling again: each doubles the next hold.
+        #: Probes that met the same level again: each doubles the next hold.
         self.confirmed = 0
-        #: Answers to requests granted before this were sent at an older host rate, and
-        #: signals to requests granted before ``cut`` at a faster one, already answered for.
-        self.changed = -math.inf
-        self.cut = -math.inf
-        self.last_limited = -math.inf
-        #: Whether the rate is past a hold, probing: its next signal may confirm the ceiling.
-        self.probing = False
-        self.grants: deque[tuple[float, int]] = deque()
-        self.answers: deque[tuple[float, bool]] = deque()
-        #: Whether the rate last climbed by a slow-start step, and so the ceiling its first
-        #: signal sets is only an upper bound: a failure below it then finds the limit, and
-        #: neither means the limit moved nor counts as noise.
-        self.climbed_fast = False
+        #: Whether the level is a slow-start step's overshoot, so only an upper bound: a failure
+        #: below it then finds the limit, and neither means the limit moved nor counts as noise.
         self.provisional = False
-        #: The host rate (req/s, None: none) this search last set or saw in force: another
-        #: process sharing the host (``POLITE_STATE``) may have moved it since.
-        self.seen: float | None = None
-        #: The total rate the last host-wide signal here met, and whether at a host rate in force
-        #: (``bad`` may stay above it: one signal under a ceiling per hold is noise): what the
-        #: other processes sharing the host hold under.
-        self.met: tuple[float, bool] | None = None
-
-    # -- measurements ------------------------------------------------------
-
-    def sent_rate(self, grants: int, now: float) -> float:
-        """Requests per second granted over the last ``WINDOW`` seconds (*grants*: the gate's count)."""
-        self.grants.append((now, grants))
-        while len(self.grants) > 2 and self.grants[1][0] <= now - WINDOW:
-            self.grants.popleft()
-        t0, g0 = self.grants[0]
-        return max(0, grants - g0) / max(now - t0, SPAN_MIN)
-
-    def answer(self, clean: bool, now: float) -> None:
-        self.answers.append((now, clean))
-        while self.answers[0][0] < now - WINDOW:
-            self.answers.popleft()
-
-    def accepted(self, sent: float, rate: float | None = None) -> float | None:
-        """When many recent answers failed, what the host took: the rate sent times the clean share.
-
-        Only over a window sent near the host rate *rate* in force: on a climb the window
-        mostly holds answers to slower rates, and its clean share says little of this one.
-        """
-        if rate is not None and sent * (1 + STEP) ** 2 < rate:
-            return None
-        share = sum(clean for _, clean in self.answers) / max(1, len(self.answers))
-        if len(self.answers) >= MIN_ANSWERS and sent > 0 and share < CLEAN_SHARE:
-            return sent * share
-        return None
 
     @property
     def fallen(self) -> bool:
         """Whether the limit lies well under where it stood before: it may come back, and a rise
         is worth its probes. Back at that level, it is a steady limit again."""
-        return self.peak is not None and self.ceiling is not None and self.ceiling * (1 + STEP) ** 2 < self.peak
+        return self.peak is not None and self.level is not None and self.level * (1 + STEP) ** 2 < self.peak
 
     def hold(self, window: float, fast: bool = True) -> float:
         """Seconds to hold below a rate that failed before probing past it (*fast*: adaptive mode's
@@ -170,16 +114,100 @@ class RateSearch:
             longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
         return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not fallen)))
 
-    def _hold_under(self, level: float, found: bool) -> None:
-        """Hold a step under *level*, a rate the limit was met at (*found*: under a host rate in
-        force), without probing past it yet."""
-        self.bad, self.bad_found, self.forgiven, self.probing = level, found, False, False
-
-    def _met_again(self, level: float) -> None:
+    def met_again(self, level: float) -> None:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:
         the next hold doubles, and the limit stood there."""
         self.confirmed += 1
         self.peak = max(self.peak or 0.0, level)
+
+    def bound(self, level: float, at: float) -> None:
+        """The limit was met at *level* (at *at*) under a host rate in force: the ceiling is no higher."""
+        if self.level is None or level < self.level:
+            self.level, self.at = level, at
+
+    def failed(self, failed: float, now: float, probe: bool, climbed_fast: bool) -> str:
+        """A host-wide failure at the host rate *failed* (*probe*: sent past a hold; *climbed_fast*:
+        that rate was a slow-start step): move the ceiling. Returns ``FOUND``, ``MET_AT`` or ""."""
+        provisional, self.provisional = self.provisional, False
+        how = ""
+        if self.level is None:
+            self.level, self.at, self.provisional = failed, now, climbed_fast
+        elif provisional and failed < self.level:
+            self.level, how = failed, FOUND  # under a slow start's overshoot: the limit, found
+        elif failed < self.level / (1 + STEP) ** 2:
+            # Far under the ceiling: the limit fell, unless that ceiling was only just found (a
+            # burst the limit allows after a pause lets a climb run past it for a second or two).
+            if now - self.at >= SETTLE:
+                self.confirmed = 0
+                self.peak = max(self.peak or 0.0, self.level)
+            self.level, self.at = failed, now
+        elif failed <= self.level * (1 + STEP) ** 2:
+            if probe:
+                # A probe met the same ceiling again: re-probe less often; met at or past it, hold
+                # closer under it (not while the limit has fallen: the hold is short, and closer is
+                # often past the limit, a 429 for little).
+                self.met_again(min(self.level, failed))
+                if failed >= self.level * (1 - 1e-9) and not self.fallen:
+                    how = MET_AT
+            self.level = min(self.level, failed)
+        else:
+            self.level, self.at = failed, now
+            self.provisional = climbed_fast  # a fast climb's overshoot: an upper bound
+        return how
+
+    def passed(self, rate: float) -> None:
+        """A clean answer at *rate*: two steps past the ceiling, the limit rose (or the ceiling was a
+        burst's: a fleet's first requests arrive together). The next one found is met by probes of
+        its own."""
+        if self.level is not None and rate > self.level * (1 + STEP) ** 2:
+            self.confirmed = 0
+
+    def back(self, now: float) -> float:
+        """A fallen limit came back: the ceiling is where it stood (returned), and its probes count
+        from none (those of the low ceiling say nothing of this one)."""
+        assert self.peak is not None
+        self.level, self.at, self.provisional, self.confirmed = self.peak, now, False, 0
+        return self.peak
+
+
+class RateSearch:
+    """One host's search for its host-wide limit."""
+
+    __slots__ = ("good", "bad", "bad_found", "ceiling", "fail_streak", "forgiven", "changed", "last_limited",
+                 "probing", "climbed_fast", "seen", "cut", "met")
+
+    def __init__(self) -> None:
+        #: The rate last answered cleanly, and the one that drew the last signal.
+        self.good: float | None = None
+        self.bad: float | None = None
+        #: Whether ``bad`` is a limit found at a set host rate (not a burst's rate).
+        self.bad_found = False
+        self.ceiling = Ceiling()
+        self.fail_streak = 0
+        #: Whether this hold has already forgiven one signal below ``bad`` as noise.
+        self.forgiven = False
+        #: Answers to requests granted before this were sent at an older host rate, and
+        #: signals to requests granted before ``cut`` at a faster one, already answered for.
+        self.changed = -math.inf
+        self.cut = -math.inf
+        self.last_limited = -math.inf
+        #: Whether the rate is past a hold, probing: its next signal may confirm the ceiling.
+        self.probing = False
+        #: Whether the rate last climbed by a slow-start step, and so the ceiling its first
+        #: signal sets is only an upper bound (``Ceiling.provisional``).
+        self.climbed_fast = False
+        #: The host rate (req/s, None: none) this search last set or saw in force: another
+        #: process sharing the host (``POLITE_STATE``) may have moved it since.
+        self.seen: float | None = None
+        #: The total rate the last host-wide signal here met, and whether at a host rate in force
+        #: (``bad`` may stay above it: one signal under a ceiling per hold is noise): what the
+        #: other processes sharing the host hold under.
+        self.met: tuple[float, bool] | None = None
+
+    def _hold_under(self, level: float, found: bool) -> None:
+        """Hold a step under *level*, a rate the limit was met at (*found*: under a host rate in
+        force), without probing past it yet."""
+        self.bad, self.bad_found, self.forgiven, self.probing = level, found, False, False
 
     # -- steps -----------------------------------------------------------------
 
@@ -201,10 +229,10 @@ class RateSearch:
             self.cut = max(self.cut, since)
             self.good, self.fail_streak = None, 0
             self._hold_under(old, True)
-            if self.ceiling is not None and self.ceiling / (1 + STEP / 2) <= old <= self.ceiling * (1 + STEP):
-                self._met_again(min(self.ceiling, old))
-            if self.ceiling is None or old < self.ceiling:
-                self.ceiling, self.ceiling_at = old, since
+            level = self.ceiling.level
+            if level is not None and level / (1 + STEP / 2) <= old <= level * (1 + STEP):
+                self.ceiling.met_again(min(level, old))
+            self.ceiling.bound(old, since)
         return True
 
     def learn(self, failed: float, found: bool, at: float) -> None:
@@ -222,14 +250,14 @@ class RateSearch:
             return
         self._hold_under(failed, found)
         self.good, self.fail_streak = None, 0
-        if found and (self.ceiling is None or failed < self.ceiling):
-            self.ceiling, self.ceiling_at = failed, at
+        if found:
+            self.ceiling.bound(failed, at)
 
     def limited(self, s: Signal, now: float = 0.0) -> float | None | _Keep:
         """A host-blamed signal (at *now*): the new host rate, ``KEEP``, or ``None``."""
         self.last_limited = now
         probe, self.probing = self.probing, False
-        accepted = self.accepted(s.sent, s.rate)
+        accepted = s.accepted
         if s.rate is not None:
             self.fail_streak += 1
             if self.good is not None and self.good < s.rate:
@@ -245,39 +273,20 @@ class RateSearch:
             new, failed = accepted, accepted * (1 + STEP)
         elif s.wide and s.sent > 0:
             # No host rate in force: a step under the rate sent, or under the limit found before.
-            failed = s.sent if self.ceiling is None else min(s.sent, self.ceiling)
-            new = max(failed / (1 + STEP) if self.ceiling is not None else 0.0, s.sent * s.backoff)
+            level = self.ceiling.level
+            failed = s.sent if level is None else min(s.sent, level)
+            new = max(failed / (1 + STEP) if level is not None else 0.0, s.sent * s.backoff)
         else:
             return KEEP
-        provisional, self.provisional = self.provisional, False
         self.met = (failed, s.rate is not None)
         if s.rate is None:
-            pass  # a burst with no host rate says little about where the limit is
-        elif self.ceiling is None:
-            self.ceiling, self.ceiling_at = failed, now
-            self.provisional = self.climbed_fast
-        elif provisional and failed < self.ceiling:
-            self.ceiling = failed  # under a slow start's overshoot: the limit, found
-            self.bad_found = False
-        elif failed < self.ceiling / (1 + STEP) ** 2:
-            # Far under the ceiling: the limit fell, unless that ceiling was only just found (a
-            # burst the limit allows after a pause lets a climb run past it for a second or two).
-            if now - self.ceiling_at >= SETTLE:
-                self.confirmed = 0
-                self.peak = max(self.peak or 0.0, self.ceiling)
-            self.ceiling, self.ceiling_at = failed, now
-        elif failed <= self.ceiling * (1 + STEP) ** 2:
-            if probe:
-                # A probe met the same ceiling again: re-probe less often; met at or past it,
-                # hold closer under it (not while the limit has fallen: the hold is short, and
-                # closer is often past the limit, a 429 for little).
-                self._met_again(min(self.ceiling, failed))
-                if failed >= self.ceiling * (1 - 1e-9) and accepted is None and not self.fallen:
-                    new = max(new, min(self.ceiling, s.rate) / (1 + STEP / 2))
-            self.ceiling = min(self.ceiling, failed)
-        elif failed > self.ceiling:
-            self.ceiling, self.ceiling_at = failed, now
-            self.provisional = self.climbed_fast  # a fast climb's overshoot: an upper bound
+            self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is
+        else:
+            how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast), self.ceiling.level
+            if how == FOUND:
+                self.bad_found = False  # neither noise nor a move: the limit
+            elif how == MET_AT and accepted is None and level is not None:
+                new = max(new, min(level, s.rate) / (1 + STEP / 2))
         if self.bad_found and self.bad is not None and failed < self.bad and not self.forgiven and accepted is None:
             self.forgiven = True  # one signal below the ceiling per hold is noise
         else:
@@ -295,12 +304,13 @@ class RateSearch:
             return KEEP  # inside a run of signals: a request that slipped through says little
         self.good = rate
         self.fail_streak = 0
-        hold = self.hold(window, fast)
+        ceiling = self.ceiling
+        hold = ceiling.hold(window, fast)
         if self.bad is None and now - fleet_signal < hold:
             return KEEP  # another process sharing the host rate just stepped it down
         # ``bad`` (if set) is only a burst's rate, sent with no host rate and no ceiling known: a
         # first burst goes out faster than its measured rate, which says nothing of the limit.
-        burst = not self.bad_found and self.ceiling is None
+        burst = not self.bad_found and ceiling.level is None
         if self.bad is not None and burst:
             if rate * (1 + STEP) >= self.bad * (1 - 1e-9):  # climb on, past it
                 self.bad = None
@@ -312,10 +322,7 @@ class RateSearch:
             self.bad = None  # then probe past it: limits move
             self.forgiven = False
             self.probing = True
-        if self.ceiling is not None and rate > self.ceiling * (1 + STEP) ** 2:
-            # Clean past the ceiling: the limit rose (or the ceiling was a burst's: a fleet's first
-            # requests arrive together). The next ceiling found is met by probes of its own.
-            self.confirmed = 0
+        ceiling.passed(rate)
         if self.bad is None and rate > (1 + STEP) * pool_rate:
             # Past what the pool sends the rate limits nothing: dropped, unless a host-wide limit
             # was met within the window. It then stays just above the pool's rate, which it spaces
@@ -327,18 +334,16 @@ class RateSearch:
             return KEEP
         # Slow-start steps before any limit is found, and again once a probe got two steps past
         # the ceiling cleanly: the limit rose, and a short crawl has no time for 10% steps.
-        risen = self.probing and self.ceiling is not None and rate > self.ceiling * RISEN
+        risen = self.probing and ceiling.level is not None and rate > ceiling.level * RISEN
         self.climbed_fast = fast and (self.starting or risen)
         climbed = rate * (1 + (START_STEP if self.climbed_fast else STEP))
-        if self.climbed_fast and risen and self.fallen:
+        if self.climbed_fast and risen and ceiling.fallen:
             # A fallen limit came back: the search resumes where it stood, a step under that ceiling,
             # held there and probed as before the fall (slow-start steps from the low ceiling take
             # seconds, and run past where it stood: a 429).
-            peak = self.peak
-            assert peak is not None
-            self.ceiling, self.ceiling_at, self.provisional = peak, now, False
+            peak = ceiling.back(now)
             self._hold_under(peak, True)
-            self.climbed_fast, self.confirmed = False, 0  # probes of the low ceiling say nothing of this one
+            self.climbed_fast = False
             return max(rate, peak / (1 + STEP))
         if self.bad is not None and not burst:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
@@ -347,4 +352,4 @@ class RateSearch:
     @property
     def starting(self) -> bool:
         """Whether no host-wide limit was found yet (slow start)."""
-        return self.ceiling is None and self.bad is None
+        return self.ceiling.level is None and self.bad is None
