@@ -148,6 +148,12 @@ def assert_events_match_the_log(
             assert ev["status"] == 429 and ev["blame"] in ("per-ip", "host")
             assert f"blamed on a {ev['blame']} limit" in line["reason"]
             assert ev["retry_after"] == pytest.approx(retry_after, abs=0.01)
+        # What the host-rate search knows of the limit, when the host rate moved: in both too.
+        limit = group[0]["evidence"].get("host_limit")
+        if limit is not None:
+            assert "host_rate" in by_change
+            if limit["ceiling"] is not None:
+                assert f"host limit met at {limit['ceiling']:.2f} req/s" in line["reason"]
     return groups
 
 
@@ -202,9 +208,9 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
             continue
         check_report_structure(html)
         page = parse(html)
-        (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 9 and r[1] == str(len(events))]
+        (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 10 and r[1] == str(len(events))]
         assert row[2:4] == [str(blamed["per-ip"]), str(blamed["host"])]
-        assert row[7:9] == [str(changed["pause"]), str(changed["park"])]
+        assert row[8:10] == [str(changed["pause"]), str(changed["park"])]
         markers = page.in_figure[("fig-host-0", "circle.event")]
         assert markers == sum(changed[c] for c in ("concurrency", "spacing", "host_rate"))
         assert page.in_figure[("fig-host-0", "rect.pause")] == changed["pause"]
@@ -223,6 +229,7 @@ async def test_host_wide_limit_pauses_and_resumes_as_events(sandbox, tmp_path: P
     blamed = Counter(g[0]["evidence"]["blame"] for (_, r), g in groups.items() if r.startswith("429 via"))
     assert blamed["host"] > 0, blamed
     assert any(e["change"] == "host_rate" for e in events)
+    # A host-wide 429 at a host rate in force is where the limit was met: the event says so, and the report.
     pauses = [e for e in events if e["change"] == "pause"]
     resumes = [e for e in events if e["change"] == "resume"]
     assert pauses and "host-wide pause" in pauses[0]["reason"]
@@ -236,8 +243,8 @@ async def test_host_wide_limit_pauses_and_resumes_as_events(sandbox, tmp_path: P
         assert len(seen) <= before, (p, r, seen)
     page = parse(render(build([jsonl])))
     assert page.in_figure[("fig-host-0", "rect.pause")] == len(pauses)
-    (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 9 and r[1] == str(len(events))]
-    assert row[3] == str(blamed["host"]) and row[7] == str(len(pauses))
+    (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 10 and r[1] == str(len(events))]
+    assert row[3] == str(blamed["host"]) and row[8] == str(len(pauses))
     assert row[6].endswith("req/s") or row[6] == "unlimited"
 
 
@@ -347,6 +354,25 @@ def test_a_host_busy_late_in_a_broad_crawl_gets_its_report_row_and_every_other_i
     assert top[0][0] == "late" and top[0][1].total == 50 and "(other)" not in dict(top)
     assert other is not None and other.total == many - 4 and folded == many - 4
     assert sum(g.total for _, g in top) + other.total == data.records == many + 50
+
+
+@pytest.mark.once
+def test_the_throttle_table_shows_the_host_limit_last_met_and_where_it_fell_from() -> None:
+    data = ReportData()
+    data.add({"time": 1_700_000_000, "status": 200, "host": "a", "latency": 0.05})
+
+    def rate_change(t: float, to: float, limit: dict[str, Any] | None) -> None:
+        data.add({"event": "throttle", "time": 1_700_000_000 + t, "host": "a", "change": "host_rate", "from": 6.0,
+                  "to": to, "reason": "r", "evidence": {"status": 429, "host_limit": limit}})
+
+    rate_change(1.0, 5.5, {"ceiling": 6.1, "fell_from": None, "held_under": 6.1, "hold": 6.0})
+    page = parse(render(data))
+    assert [r for r in page.rows if r and r[0] == "a" and len(r) == 10][0][7] == "6.1 req/s"
+    rate_change(2.0, 2.0, {"ceiling": 2.2, "fell_from": 6.1, "held_under": 2.2, "hold": 3.0})
+    rate_change(3.0, 2.2, None)  # a climb with nothing new known: the last limit stands
+    rate_change(4.0, 2.4, {"ceiling": "2.3", "fell_from": None})  # not a number: ignored
+    page = parse(render(data))
+    assert [r for r in page.rows if r and r[0] == "a" and len(r) == 10][0][7] == "2.2 req/s (fell from 6.1)"
 
 
 @pytest.mark.once

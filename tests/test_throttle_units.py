@@ -11,7 +11,7 @@ from test_units import config, make_gate
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
-from scrapy_polite.throttle.policy import ThrottlePolicy
+from scrapy_polite.throttle.policy import ThrottlePolicy, evidence_text
 from scrapy_polite.throttle.rate import (
     FOUND,
     HOLD_FIRST,
@@ -184,6 +184,20 @@ def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> N
     assert r.clean(4.0, 1.1, W, math.inf) == pytest.approx(4.4)  # two steps below the failure: a step up
     assert r.clean(4.6, 1.0 + 2 * HOLD_FIRST - 0.1, W, math.inf) is KEEP  # one step below: hold (longer for a limit not seen to move)
     assert r.clean(4.6, 1.0 + 2 * HOLD_FIRST + 0.1, W, math.inf) == pytest.approx(4.6 * 1.1)  # then probe
+
+
+def test_the_search_explains_where_it_met_the_limit_and_how_long_it_holds_under_it() -> None:
+    r = RateSearch()
+    assert r.explain(W) is None  # slow start: nothing known yet
+    assert r.limited(Signal(None, 8.0, True, 0.5)) == pytest.approx(4.0)
+    assert r.explain(W) is None  # a first burst's rate, with no host rate in force: climbed past
+    r.clean(4.0, 1.0, W, math.inf)
+    r.limited(Signal(6.6, 6.6, False, 0.5), 2.0)
+    assert r.explain(W) == {"ceiling": 6.6, "fell_from": None, "held_under": 6.6, "hold": 2 * HOLD_FIRST}
+    assert r.explain(W, fast=False)["hold"] == W
+    r.clean(6.0, 10.0, W, math.inf)
+    r.limited(Signal(2.2, 2.2, False, 0.5), 10.0 + SETTLE)  # far under it, once it stood: the limit fell
+    assert r.explain(W) == {"ceiling": 2.2, "fell_from": 6.6, "held_under": 2.2, "hold": HOLD_FIRST}
 
 
 def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several_windows() -> None:
@@ -675,6 +689,35 @@ def test_a_host_signal_read_back_from_the_shared_state_is_this_processs_own_and_
     ft.advance(0.5)
     p.ok("a", 200, granted_at=ft.now - 0.1)
     assert gate.host("a").interval == climbed
+
+
+def test_a_host_rate_change_carries_what_the_search_knows_of_the_limit() -> None:
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for _ in range(6):  # slow start: clean answers climb the host rate
+        ft.advance(0.3)
+        gate.host("a").grants += 1
+        p.ok("a", 200, granted_at=ft.now - 0.1)
+    assert changes and all("host_limit" not in c[4] for c in changes)  # nothing known of a limit yet
+    rate = min(1 / gate.host("a").interval, len(eps) / 1.2)  # the host rate, or what the pool sends at its spacing
+    ft.advance(0.3)
+    p.rate_limited("a", eps[0], 2.0, granted_at=ft.now - 0.1)  # no gap known: the host
+    evidence = changes[-1][4]
+    assert evidence["blame"] == HOST
+    assert evidence["host_limit"]["ceiling"] == pytest.approx(rate, rel=1e-3)
+    assert evidence["host_limit"]["held_under"] == pytest.approx(rate, rel=1e-3)
+    assert evidence["host_limit"]["hold"] == 2 * HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
+    text = evidence_text(evidence)
+    assert f"host limit met at {rate:.2f} req/s" in text and "6 s before a probe past it" in text
+
+
+def test_the_log_line_tells_a_fallen_limit_and_a_clean_answers_host_limit() -> None:
+    limit = {"ceiling": 2.2, "fell_from": 6.6, "held_under": 2.2, "hold": 3.0}
+    assert evidence_text({"status": 200, "gap": 0.5, "host_limit": limit}) == (
+        "; host limit met at 2.20 req/s, down from 6.60; held a step under 2.20 req/s, 3 s before a probe past it")
+    assert evidence_text({"status": 200, "gap": 0.5}) == ""
+    probing = {"ceiling": 2.2, "fell_from": None, "held_under": None, "hold": None}
+    assert evidence_text({"host_limit": probing}) == "; host limit met at 2.20 req/s"
 
 
 def answers_at_quarter_second_latency(p, gate, ft) -> None:

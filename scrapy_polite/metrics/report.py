@@ -133,7 +133,7 @@ class _Series:
 class _HostThrottle:
     """What the throttle did to one host, from its ``"event": "throttle"`` lines."""
 
-    __slots__ = ("changes", "blame", "series", "start", "pauses", "pause_count", "last_decision")
+    __slots__ = ("changes", "blame", "series", "start", "pauses", "pause_count", "last_decision", "limit")
 
     def __init__(self) -> None:
         self.changes: Counter[str] = Counter()
@@ -146,6 +146,9 @@ class _HostThrottle:
         self.pauses: list[tuple[float, str, float]] = []
         self.pause_count = 0
         self.last_decision: tuple[float, str] | None = None
+        #: The host-wide limit the host-rate search last met (req/s), and where it stood before it
+        #: fell (``None``: it did not), from the events' ``host_limit`` evidence.
+        self.limit: tuple[float, float | None] | None = None
 
     def add(self, rec: dict[str, Any]) -> None:
         change = str(rec.get("change"))
@@ -160,6 +163,11 @@ class _HostThrottle:
             held = rec.get("to")
             if len(self.pauses) < _MAX_PAUSES and _number(held, 0.0, _MAX_SECONDS):
                 self.pauses.append((t, change, float(held)))
+        evidence = rec.get("evidence")
+        limit = evidence.get("host_limit") if isinstance(evidence, dict) else None
+        if isinstance(limit, dict) and _number(limit.get("ceiling"), 0.0, _MAX_SECONDS):
+            fell = limit.get("fell_from")
+            self.limit = (float(limit["ceiling"]), float(fell) if _number(fell, 0.0, _MAX_SECONDS) else None)
 
     def final(self, name: str) -> float | None:
         s = self.series[name]
@@ -824,11 +832,15 @@ def _throttle_row(host: str, th: _HostThrottle) -> list[Any]:
     conc_txt = (f"{val(th.start.get('concurrency'))} \u2192 {val(th.final('concurrency'))} "
                 f"(min {val(th.lowest('concurrency'))})" if len(conc.times) else "-")
     rate = th.final("host_rate")
+    limit = "-"
+    if th.limit is not None:
+        met, fell = th.limit
+        limit = f"{_num(met)} req/s" + (f" (fell from {_num(fell)})" if fell is not None else "")
     return [
         host, sum(th.changes.values()), th.blame.get("per-ip", 0), th.blame.get("host", 0), conc_txt,
         val(th.final("spacing"), " s") if th.changes.get("spacing") else "-",
         ("unlimited" if rate is None else f"{_num(rate)} req/s") if th.changes.get("host_rate") else "-",
-        th.changes.get("pause", 0), th.changes.get("park", 0),
+        limit, th.changes.get("pause", 0), th.changes.get("park", 0),
     ]
 
 
@@ -872,10 +884,11 @@ def render(
     throttled = [(host, g) for host, g in top_hosts if g.throttle is not None]
     throttle_part = [
         "<h2>Throttle per host</h2>",
-        f'<p class="sub">{data.throttle_events} throttle events: what the throttle changed, and what the '
-        "rate signals behind it were blamed on.</p>",
+        f'<p class="sub">{data.throttle_events} throttle events: what the throttle changed, what the '
+        "rate signals behind it were blamed on, and the host-wide limit it last met.</p>",
         _table(["host", "events", "per-IP signals", "host-wide signals", "concurrency", "spacing",
-                "host rate", "pauses", "parks"], [_throttle_row(h, g.throttle) for h, g in throttled]),
+                "host rate", "host limit met at", "pauses", "parks"],
+               [_throttle_row(h, g.throttle) for h, g in throttled]),
     ] if data.throttle_events else []
     timelines = [
         _figure(f"fig-host-{i}", f"Throttle timeline: {host}", host_timeline_svg(data, host, g),

@@ -325,7 +325,12 @@ class ThrottlePolicy:
         if p.concurrency_cause is not None:
             evidence["concurrency"] = p.concurrency_cause
             p.concurrency_cause = None
-        self.notify(host, old, self._snapshot(host), reason, evidence)
+        new = self._snapshot(host)
+        if new["interval"] != old["interval"]:
+            limit = p.rate.explain(self.config.recovery_window, self.config.adaptive)
+            if limit is not None:
+                evidence["host_limit"] = limit
+        self.notify(host, old, new, reason, evidence)
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)
@@ -602,15 +607,24 @@ def _req_s(interval: float) -> float | None:
 
 
 def evidence_text(evidence: dict[str, Any]) -> str:
-    """The evidence of a rate signal for the log line: blame, gap, slack, Retry-After."""
-    if "blame" not in evidence:
-        return ""
+    """The evidence of a change for the log line: a rate signal's blame, gap, slack and Retry-After,
+    and what the host-rate search knows of the host's limit when the host rate moved."""
 
     def sec(v: float | None) -> str:
         return "never" if v is None else f"{v:.2f} s"
 
-    why = f" ({evidence['why']})" if evidence.get("why") else ""
-    return (f"; blamed on a {evidence['blame']} limit{why}: gap {sec(evidence['gap'])}, "
-            f"slack {sec(evidence['slack'])}, Retry-After {evidence['retry_after']:g} s")
+    text = ""
+    if "blame" in evidence:
+        why = f" ({evidence['why']})" if evidence.get("why") else ""
+        text = (f"; blamed on a {evidence['blame']} limit{why}: gap {sec(evidence['gap'])}, "
+                f"slack {sec(evidence['slack'])}, Retry-After {evidence['retry_after']:g} s")
+    limit = evidence.get("host_limit")
+    if limit:
+        if limit["ceiling"] is not None:
+            fell = f", down from {limit['fell_from']:.2f}" if limit["fell_from"] is not None else ""
+            text += f"; host limit met at {limit['ceiling']:.2f} req/s{fell}"
+        if limit["held_under"] is not None:
+            text += f"; held a step under {limit['held_under']:.2f} req/s, {limit['hold']:g} s before a probe past it"
+    return text
 
 

@@ -349,7 +349,27 @@ class RateSearch:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
         return climbed
 
+    def explain(self, window: float, fast: bool = True) -> dict[str, float | None] | None:
+        """What this search knows of the host's limit, for a change's evidence (``None``: nothing yet):
+        the rate it was last met at (``ceiling``), where it stood before it fell (``fell_from``), the
+        rate held a step under (``held_under``) and the seconds before a probe past it (``hold``)."""
+        c = self.ceiling
+        # With no limit found, ``bad`` is only a first burst's rate, which the search climbs past.
+        held = self.bad if self.bad_found or c.level is not None else None
+        if c.level is None and held is None:
+            return None
+        return {
+            "ceiling": _round(c.level),
+            "fell_from": _round(c.peak) if c.fallen else None,
+            "held_under": _round(held),
+            "hold": c.hold(window, fast) if held is not None else None,
+        }
+
     @property
     def starting(self) -> bool:
         """Whether no host-wide limit was found yet (slow start)."""
         return self.ceiling.level is None and self.bad is None
+
+
+def _round(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 3)
