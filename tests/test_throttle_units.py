@@ -708,13 +708,13 @@ def test_a_host_rate_change_carries_what_the_search_knows_of_the_limit() -> None
     assert evidence["host_limit"]["held_under"] == pytest.approx(rate, rel=1e-3)
     assert evidence["host_limit"]["hold"] == 2 * HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
     text = evidence_text(evidence)
-    assert f"host limit met at {rate:.2f} req/s" in text and "6 s before a probe past it" in text
+    assert f"host limit met at {rate:.2f} req/s" in text and "holds a step under" in text and "for 6 s, then probes past it" in text
 
 
 def test_the_log_line_tells_a_fallen_limit_and_a_clean_answers_host_limit() -> None:
     limit = {"ceiling": 2.2, "fell_from": 6.6, "held_under": 2.2, "hold": 3.0}
     assert evidence_text({"status": 200, "gap": 0.5, "host_limit": limit}) == (
-        "; host limit met at 2.20 req/s, down from 6.60; held a step under 2.20 req/s, 3 s before a probe past it")
+        "; host limit met at 2.20 req/s, down from 6.60; holds a step under 2.20 req/s for 3 s, then probes past it")
     assert evidence_text({"status": 200, "gap": 0.5}) == ""
     probing = {"ceiling": 2.2, "fell_from": None, "held_under": None, "hold": None}
     assert evidence_text({"host_limit": probing}) == "; host limit met at 2.20 req/s"

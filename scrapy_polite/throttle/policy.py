@@ -616,15 +616,17 @@ def evidence_text(evidence: dict[str, Any]) -> str:
     text = ""
     if "blame" in evidence:
         why = f" ({evidence['why']})" if evidence.get("why") else ""
-        text = (f"; blamed on a {evidence['blame']} limit{why}: gap {sec(evidence['gap'])}, "
-                f"slack {sec(evidence['slack'])}, Retry-After {evidence['retry_after']:g} s")
+        # With no gap known the slack (how long of the gap its spacing had let it go) says nothing.
+        slack = f", slack {sec(evidence['slack'])}" if evidence["gap"] is not None else ""
+        text = (f"; blamed on a {evidence['blame']} limit{why}: gap {sec(evidence['gap'])}{slack}, "
+                f"Retry-After {evidence['retry_after']:g} s")
     limit = evidence.get("host_limit")
     if limit:
         if limit["ceiling"] is not None:
             fell = f", down from {limit['fell_from']:.2f}" if limit["fell_from"] is not None else ""
             text += f"; host limit met at {limit['ceiling']:.2f} req/s{fell}"
         if limit["held_under"] is not None:
-            text += f"; held a step under {limit['held_under']:.2f} req/s, {limit['hold']:g} s before a probe past it"
+            text += f"; holds a step under {limit['held_under']:.2f} req/s for {limit['hold']:g} s, then probes past it"
     return text
 
 
