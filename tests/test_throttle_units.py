@@ -285,6 +285,29 @@ def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_
     assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.level == pytest.approx(3.0)
 
 
+def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() -> None:
+    # The cap went 6 -> 2 -> 6 req/s. Before the fall a probe met it at 6.1 again: the search held 5%
+    # under it, re-probing after 12 s. Back there, it holds as close and as long (a 6 s hold after the
+    # rise cost the shifting cap a 429 more, and 6 s at a step under).
+    r = RateSearch()
+    r.clean(5.5, 0.0, W, math.inf, fast=False)
+    r.limited(Signal(6.1, 6.1, False, 0.5), 1.0)
+    r.changed = 1.0 - r.ceiling.hold(W) - 0.1
+    r.clean(5.55, 10.0, W, math.inf)  # past the hold: the probe
+    assert r.limited(Signal(6.1, 6.1, False, 0.5), 10.5) == pytest.approx(6.1 / (1 + STEP / 2))  # met again
+    for t, rate in ((20.0, 5.8), (20.2, 5.3), (20.5, 4.4), (21.0, 3.0)):  # the fall
+        r.limited(Signal(rate, rate, False, 0.5), t)
+    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.peak_confirmed == 1
+    r.ceiling.confirmed = 3  # three probes met the low ceiling while it stayed
+    r.changed = 21.0
+    rate, climb = 2.75, []
+    for t in range(4):  # past the hold: the probe, then steps while clean, then back where it stood
+        rate = r.clean(rate, 30.0 + t / 2, W, math.inf)
+        climb.append(rate)
+    assert climb == pytest.approx([3.025, 3.3275, 3.66025, 6.1 / (1 + STEP / 2)])
+    assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 4 * HOLD_FIRST
+
+
 def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_under_not_closer() -> None:
     # The cap fell from 6.6 to 2.2 req/s: it may come back, and a rise is found within a quarter window
     # until STEADY probes met the same ceiling. Holding 5% under 2.2 (2.1) would be past a 2.05 cap.

@@ -82,7 +82,7 @@ MET_AT = "met at"
 class Ceiling:
     """Where one host's limit was met, and how often probes met it there: how long to hold under it."""
 
-    __slots__ = ("level", "at", "peak", "confirmed", "provisional")
+    __slots__ = ("level", "at", "peak", "confirmed", "peak_confirmed", "provisional")
 
     def __init__(self) -> None:
         #: The rate the limit was last met at (``None``: none yet), and since when.
@@ -91,8 +91,10 @@ class Ceiling:
         #: The highest level a probe met again or the limit fell from (``None``: none): a limit
         #: well under it fell, and may come back.
         self.peak: float | None = None
-        #: Probes that met the same level again: each doubles the next hold.
+        #: Probes that met the same level again: each doubles the next hold. And those that met the
+        #: peak: a limit back where it stood is the limit they met, and resumes as it stood.
         self.confirmed = 0
+        self.peak_confirmed = 0
         #: Whether the level is a slow-start step's overshoot, so only an upper bound: a failure
         #: below it then finds the limit, and neither means the limit moved nor counts as noise.
         self.provisional = False
@@ -118,7 +120,12 @@ class Ceiling:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:
         the next hold doubles, and the limit stood there."""
         self.confirmed += 1
-        self.peak = max(self.peak or 0.0, level)
+        self._stood(level)
+
+    def _stood(self, level: float) -> None:
+        """The limit stood at *level*, met there by ``confirmed`` probes: the peak, if the highest."""
+        if self.peak is None or level >= self.peak:
+            self.peak, self.peak_confirmed = level, self.confirmed
 
     def bound(self, level: float, at: float) -> None:
         """The limit was met at *level* (at *at*) under a host rate in force: the ceiling is no higher."""
@@ -138,8 +145,8 @@ class Ceiling:
             # Far under the ceiling: the limit fell, unless that ceiling was only just found (a
             # burst the limit allows after a pause lets a climb run past it for a second or two).
             if now - self.at >= SETTLE:
+                self._stood(self.level)
                 self.confirmed = 0
-                self.peak = max(self.peak or 0.0, self.level)
             self.level, self.at = failed, now
         elif failed <= self.level * (1 + STEP) ** 2:
             if probe:
@@ -163,10 +170,10 @@ class Ceiling:
             self.confirmed = 0
 
     def back(self, now: float) -> float:
-        """A fallen limit came back: the ceiling is where it stood (returned), and its probes count
-        from none (those of the low ceiling say nothing of this one)."""
+        """A fallen limit came back: the ceiling is where it stood (returned), met again by as many
+        probes as before it fell (those of the low ceiling say nothing of this one)."""
         assert self.peak is not None
-        self.level, self.at, self.provisional, self.confirmed = self.peak, now, False, 0
+        self.level, self.at, self.provisional, self.confirmed = self.peak, now, False, self.peak_confirmed
         return self.peak
 
 
@@ -344,7 +351,8 @@ class RateSearch:
             peak = ceiling.back(now)
             self._hold_under(peak, True)
             self.climbed_fast = False
-            return max(rate, peak / (1 + STEP))
+            # As close under it as before the fall: a step, or half one once probes met it there.
+            return max(rate, peak / (1 + (STEP / 2 if ceiling.confirmed else STEP)))
         if self.bad is not None and not burst:
             climbed = min(climbed, self.bad / (1 + STEP))  # a climb ends at the hold, not past it
         return climbed
