@@ -7,7 +7,7 @@ started, so a cap that shifts or proxies that die are accounted for.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
@@ -46,6 +46,13 @@ class Scenario:
     settings: dict[str, Any] = field(default_factory=dict)
     #: For the package: the first this many proxies are its pool (tier 0), the rest its expensive tier.
     cheap_tier: int | None = None
+
+    def phased(self, shift: float) -> Scenario:
+        """This scenario with its timed events, and the limits they set, *shift* seconds later."""
+        if not shift or not self.events:
+            return self
+        return replace(self, events=[replace(e, at=e.at + shift) for e in self.events],
+                       limit_steps=[(t + shift if t > 0 else t, v) for t, v in self.limit_steps])
 
 
 def _site(**kw: Any) -> SiteConfig:
