@@ -271,24 +271,9 @@ def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_i
     assert holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
 
 
-def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_the_last_step() -> None:
-    # The cap fell 6 -> 2 req/s under a search held at 5.8: 429s at 5.8, 5.3 and 4.4 each lowered the
-    # ceiling a little before 3.0 was far under it. The limit stood at 6.1, where a probe met it.
-    r = RateSearch()
-    r.clean(5.5, 0.0, W, math.inf, fast=False)
-    r.limited(Signal(6.1, 6.1, False, 0.5), 1.0)
-    r.changed = 1.0 - r.ceiling.hold(W) - 0.1
-    r.clean(5.55, 10.0, W, math.inf)  # past the hold: the probe
-    r.limited(Signal(6.1, 6.1, False, 0.5), 10.5)  # meets it again
-    for t, rate in ((20.0, 5.8), (20.2, 5.3), (20.5, 4.4), (21.0, 3.0)):
-        r.limited(Signal(rate, rate, False, 0.5), t)
-    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.level == pytest.approx(3.0)
-
-
-def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() -> None:
-    # The cap went 6 -> 2 -> 6 req/s. Before the fall a probe met it at 6.1 again: the search held 5%
-    # under it, re-probing after 12 s. Back there, it holds as close and as long (a 6 s hold after the
-    # rise cost the shifting cap a 429 more, and 6 s at a step under).
+def fallen_in_steps_after_a_probe_met_it() -> RateSearch:
+    """The cap fell 6 -> 2 req/s under a search held at 5.8, after a probe met it again at 6.1: 429s at
+    5.8, 5.3 and 4.4 each lowered the ceiling a little before 3.0 was far under it."""
     r = RateSearch()
     r.clean(5.5, 0.0, W, math.inf, fast=False)
     r.limited(Signal(6.1, 6.1, False, 0.5), 1.0)
@@ -297,7 +282,20 @@ def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() 
     assert r.limited(Signal(6.1, 6.1, False, 0.5), 10.5) == pytest.approx(6.1 / (1 + STEP / 2))  # met again
     for t, rate in ((20.0, 5.8), (20.2, 5.3), (20.5, 4.4), (21.0, 3.0)):  # the fall
         r.limited(Signal(rate, rate, False, 0.5), t)
-    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.peak_confirmed == 1
+    return r
+
+
+def test_a_limit_that_falls_in_steps_fell_from_the_ceiling_a_probe_met_not_from_the_last_step() -> None:
+    r = fallen_in_steps_after_a_probe_met_it()
+    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(6.1) and r.ceiling.level == pytest.approx(3.0)
+
+
+def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() -> None:
+    # The cap went 6 -> 2 -> 6 req/s. Before the fall a probe met it at 6.1 again: the search held 5%
+    # under it, re-probing after 12 s. Back there, it holds as close and as long (a 6 s hold after the
+    # rise cost the shifting cap a 429 more, and 6 s at a step under).
+    r = fallen_in_steps_after_a_probe_met_it()
+    assert r.ceiling.peak_confirmed == 1
     r.ceiling.confirmed = 3  # three probes met the low ceiling while it stayed
     r.changed = 21.0
     rate, climb = 2.75, []
