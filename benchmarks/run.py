@@ -62,7 +62,10 @@ def run_median(sc: Scenario, client: str, out: Path, runs: int) -> dict[str, Any
     """*runs* crawls of one cell; the result of the run with the median steady efficiency, with every run's figures."""
     if runs <= 1:
         return run_one(sc, client, out)
-    each = [run_one(sc.phased(i * PHASE_STEP), client, out, i) for i in range(runs)]
+    each = []
+    for i in range(runs):
+        each.append(run_one(sc.phased(i * PHASE_STEP), client, out, i))
+        each[-1]["phase"] = i * PHASE_STEP
     each.sort(key=lambda r: r.get("steady_efficiency") or 0.0)
     mid = dict(each[len(each) // 2])
     mid["runs"] = [{k: r.get(k) for k in ("steady_efficiency", "efficiency", "rate_429", "s429", "s403", "ok")}
@@ -321,7 +324,9 @@ def plots(data: dict[str, Any], out: Path, scenarios: list[Scenario]) -> None:
         {c: [cell(s, c, "rate_429", 100) for s in names] for c in clients}, "% of requests"))
     for name in ("shifting", "proxies-die"):
         sc = next((s for s in scenarios if s.name == name), None)
-        series = {c: find(res, name, c)["series"] for c in clients if find(res, name, c)}
+        # Each client's median run, its pages/s per second moved back by its phase (to the nearest
+        # second), so that the limit steps drawn are where its events came.
+        series = {c: r["series"][round(r.get("phase", 0.0)):] for c in clients if (r := find(res, name, c))}
         if sc and series:
             (out / f"{name}.svg").write_text(svg.lines(
                 f"{name}: successful pages per second", series, "pages/s", "seconds since crawl start",

@@ -365,10 +365,10 @@ def test_the_throttle_table_shows_the_host_limit_last_met_and_where_it_fell_from
         data.add({"event": "throttle", "time": 1_700_000_000 + t, "host": "a", "change": "host_rate", "from": 6.0,
                   "to": to, "reason": "r", "evidence": {"status": 429, "host_limit": limit}})
 
-    rate_change(1.0, 5.5, {"ceiling": 6.1, "fell_from": None, "held_under": 6.1, "hold": 6.0})
+    rate_change(1.0, 5.5, {"ceiling": 6.1, "fell_from": None, "holds_below": 6.1, "hold": 6.0})
     page = parse(render(data))
     assert [r for r in page.rows if r and r[0] == "a" and len(r) == 10][0][7] == "6.1 req/s"
-    rate_change(2.0, 2.0, {"ceiling": 2.2, "fell_from": 6.1, "held_under": 2.2, "hold": 3.0})
+    rate_change(2.0, 2.0, {"ceiling": 2.2, "fell_from": 6.1, "holds_below": 2.2, "hold": 3.0})
     rate_change(3.0, 2.2, None)  # a climb with nothing new known: the last limit stands
     rate_change(4.0, 2.4, {"ceiling": "2.3", "fell_from": None})  # not a number: ignored
     page = parse(render(data))

@@ -18,6 +18,7 @@ from scrapy_polite.throttle.rate import (
     HOLD_WINDOWS,
     KEEP,
     MET_AT,
+    RUN_STEPS,
     SETTLE,
     START_STEP,
     STEP,
@@ -166,6 +167,25 @@ def test_a_ceiling_is_found_under_an_overshoot_met_again_by_probes_and_remembere
     assert c.back(20.0) == 4.4 and c.level == 4.4 and c.at == 20.0 and not c.fallen
 
 
+def test_probes_that_met_a_limit_a_little_under_where_it_stood_count_for_it_when_it_comes_back() -> None:
+    c = Ceiling()
+    c.failed(6.0, 1.0, probe=False, climbed_fast=False)
+    assert c.failed(6.0, 10.0, probe=True, climbed_fast=False) == MET_AT
+    c.failed(5.9, 30.0, probe=True, climbed_fast=False)  # the same limit, met a little under
+    assert c.level == 5.9 and c.peak == 6.0 and c.peak_confirmed == 2
+    c.failed(2.0, 40.0, probe=False, climbed_fast=False)  # it fell
+    assert c.fallen and c.confirmed == 0
+    assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == 8 * HOLD_FIRST
+
+
+def test_a_long_run_of_signals_steps_down_to_the_deepest_cut_and_no_further() -> None:
+    r, rate = RateSearch(), 8.0
+    for i in range(20):  # a host answering 429 to everything, each a step deeper, never past the backoff
+        new = r.limited(Signal(rate, rate, False, 0.01), 1.0 + i / 10)
+        assert new == pytest.approx(max(rate / 1.1 ** 2 ** min(i, RUN_STEPS), rate * 0.01))
+        rate = new
+
+
 def test_a_failure_far_under_a_ceiling_just_found_is_no_fall() -> None:
     c = Ceiling()
     c.failed(6.0, 1.0, probe=False, climbed_fast=False)
@@ -193,11 +213,11 @@ def test_the_search_explains_where_it_met_the_limit_and_how_long_it_holds_under_
     assert r.explain(W) is None  # a first burst's rate, with no host rate in force: climbed past
     r.clean(4.0, 1.0, W, math.inf)
     r.limited(Signal(6.6, 6.6, False, 0.5), 2.0)
-    assert r.explain(W) == {"ceiling": 6.6, "fell_from": None, "held_under": 6.6, "hold": 2 * HOLD_FIRST}
+    assert r.explain(W) == {"ceiling": 6.6, "fell_from": None, "holds_below": 6.6, "hold": 2 * HOLD_FIRST}
     assert r.explain(W, fast=False)["hold"] == W
     r.clean(6.0, 10.0, W, math.inf)
     r.limited(Signal(2.2, 2.2, False, 0.5), 10.0 + SETTLE)  # far under it, once it stood: the limit fell
-    assert r.explain(W) == {"ceiling": 2.2, "fell_from": 6.6, "held_under": 2.2, "hold": HOLD_FIRST}
+    assert r.explain(W) == {"ceiling": 2.2, "fell_from": 6.6, "holds_below": 2.2, "hold": HOLD_FIRST}
 
 
 def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several_windows() -> None:
@@ -726,18 +746,18 @@ def test_a_host_rate_change_carries_what_the_search_knows_of_the_limit() -> None
     evidence = changes[-1][4]
     assert evidence["blame"] == HOST
     assert evidence["host_limit"]["ceiling"] == pytest.approx(rate, rel=1e-3)
-    assert evidence["host_limit"]["held_under"] == pytest.approx(rate, rel=1e-3)
+    assert evidence["host_limit"]["holds_below"] == pytest.approx(rate, rel=1e-3)
     assert evidence["host_limit"]["hold"] == 2 * HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
     text = evidence_text(evidence)
-    assert f"host limit met at {rate:.2f} req/s" in text and "holds a step under" in text and "for 6 s, then probes past it" in text
+    assert f"host limit met at {rate:.2f} req/s" in text and f"holds below {rate:.2f} req/s for 6 s, then probes past it" in text
 
 
 def test_the_log_line_tells_a_fallen_limit_and_a_clean_answers_host_limit() -> None:
-    limit = {"ceiling": 2.2, "fell_from": 6.6, "held_under": 2.2, "hold": 3.0}
+    limit = {"ceiling": 2.2, "fell_from": 6.6, "holds_below": 2.2, "hold": 3.0}
     assert evidence_text({"status": 200, "gap": 0.5, "host_limit": limit}) == (
-        "; host limit met at 2.20 req/s, down from 6.60; holds a step under 2.20 req/s for 3 s, then probes past it")
+        "; host limit met at 2.20 req/s, down from 6.60; holds below 2.20 req/s for 3 s, then probes past it")
     assert evidence_text({"status": 200, "gap": 0.5}) == ""
-    probing = {"ceiling": 2.2, "fell_from": None, "held_under": None, "hold": None}
+    probing = {"ceiling": 2.2, "fell_from": None, "holds_below": None, "hold": None}
     assert evidence_text({"host_limit": probing}) == "; host limit met at 2.20 req/s"
 
 

@@ -625,8 +625,8 @@ def evidence_text(evidence: dict[str, Any]) -> str:
         if limit["ceiling"] is not None:
             fell = f", down from {limit['fell_from']:.2f}" if limit["fell_from"] is not None else ""
             text += f"; host limit met at {limit['ceiling']:.2f} req/s{fell}"
-        if limit["held_under"] is not None:
-            text += f"; holds a step under {limit['held_under']:.2f} req/s for {limit['hold']:g} s, then probes past it"
+        if limit["holds_below"] is not None:
+            text += f"; holds below {limit['holds_below']:.2f} req/s for {limit['hold']:g} s, then probes past it"
     return text
 
 

@@ -50,6 +50,9 @@ RISEN = (1 + STEP) * (1 + STEP / 2)
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
+#: Each signal of a run steps down twice as far as the one before, up to this many doublings (a
+#: cut of 1.1 ** 64, past any ``POLITE_BACKOFF_FACTOR``'s floor).
+RUN_STEPS = 6
 
 
 class _Keep:
@@ -66,7 +69,7 @@ class Signal:
     """What a host-blamed signal tells the rate search."""
 
     rate: float | None  #: the host rate in force (None: none set)
-    sent: float  #: req/s the gate granted over ``WINDOW``
+    sent: float  #: req/s the gate granted over the last few seconds (``Traffic.sent_rate``)
     wide: bool  #: several endpoints were limited at once
     backoff: float  #: POLITE_BACKOFF_FACTOR
     #: What the host took of ``sent`` when many recent answers failed (``Traffic.accepted``).
@@ -123,9 +126,11 @@ class Ceiling:
         self._stood(level)
 
     def _stood(self, level: float) -> None:
-        """The limit stood at *level*, met there by ``confirmed`` probes: the peak, if the highest."""
-        if self.peak is None or level >= self.peak:
-            self.peak, self.peak_confirmed = level, self.confirmed
+        """The limit stood at *level*, met there by ``confirmed`` probes: the peak, if the highest or
+        within a step under it (a probe meets a limit a little under where it met it before: the
+        same limit, met again)."""
+        if self.peak is None or level * (1 + STEP) >= self.peak:
+            self.peak, self.peak_confirmed = max(self.peak or 0.0, level), self.confirmed
 
     def bound(self, level: float, at: float) -> None:
         """The limit was met at *level* (at *at*) under a host rate in force: the ceiling is no higher."""
@@ -270,7 +275,9 @@ class RateSearch:
             if self.good is not None and self.good < s.rate:
                 new = self.good
             else:
-                new = s.rate / (1 + STEP) ** (2 ** (self.fail_streak - 1))
+                # Capped: past the deepest cut (``backoff``) a longer run changes nothing, and 1.1 ** 2 ** 13
+                # overflows.
+                new = s.rate / (1 + STEP) ** (2 ** min(self.fail_streak - 1, RUN_STEPS))
             failed = s.rate
             if accepted is not None and accepted < new:
                 new = max(accepted, s.rate * s.backoff)
@@ -360,7 +367,8 @@ class RateSearch:
     def explain(self, window: float, fast: bool = True) -> dict[str, float | None] | None:
         """What this search knows of the host's limit, for a change's evidence (``None``: nothing yet):
         the rate it was last met at (``ceiling``), where it stood before it fell (``fell_from``), the
-        rate held a step under (``held_under``) and the seconds before a probe past it (``hold``)."""
+        rate it holds below (``holds_below``: the rate that drew the last signal) and the seconds
+        before a probe past it (``hold``, from now: the host rate just moved)."""
         c = self.ceiling
         # With no limit found, ``bad`` is only a first burst's rate, which the search climbs past.
         held = self.bad if self.bad_found or c.level is not None else None
@@ -369,7 +377,7 @@ class RateSearch:
         return {
             "ceiling": _round(c.level),
             "fell_from": _round(c.peak) if c.fallen else None,
-            "held_under": _round(held),
+            "holds_below": _round(held),
             "hold": c.hold(window, fast) if held is not None else None,
         }
 

@@ -1,6 +1,6 @@
 """A host's recent traffic: the rate the gate sent it and the share of its answers that were clean.
 
-Both searches and the attribution read the rate sent; the host-rate search also
+The host-rate search and the attribution read the rate sent; the search also
 reads, after many failures, what the host took of it.
 """
 
