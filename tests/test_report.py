@@ -212,7 +212,12 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
         assert row[2:4] == [str(blamed["per-ip"]), str(blamed["host"])]
         assert row[8:10] == [str(changed["pause"]), str(changed["park"])]
         markers = page.in_figure[("fig-host-0", "circle.event")]
-        assert markers == sum(changed[c] for c in ("concurrency", "spacing", "host_rate"))
+        levels: list[float] = []  # each level the host-wide limit was met at, as the events tell it
+        for e in events:
+            met = ((e.get("evidence") or {}).get("host_limit") or {}).get("ceiling")
+            if met is not None and (not levels or levels[-1] != met):
+                levels.append(met)
+        assert markers == sum(changed[c] for c in ("concurrency", "spacing", "host_rate")) + len(levels)
         assert page.in_figure[("fig-host-0", "rect.pause")] == changed["pause"]
         assert page.in_figure[("fig-host-0", "rect.rl")] > 0  # 429s/min beside the throttle's state
 
@@ -373,6 +378,10 @@ def test_the_throttle_table_shows_the_host_limit_last_met_and_where_it_fell_from
     rate_change(4.0, 2.4, {"ceiling": "2.3", "fell_from": None})  # not a number: ignored
     page = parse(render(data))
     assert [r for r in page.rows if r and r[0] == "a" and len(r) == 10][0][7] == "2.2 req/s (fell from 6.1)"
+    # The timeline draws each level the limit was met at, once: 6.1, then 2.2.
+    assert page.in_figure[("fig-host-0", "circle.event")] == 4 + 2  # four host-rate changes, two levels
+    html = render(data)
+    assert "host_limit 6.1 at" in html and "host_limit 2.2 at" in html and "limit met (req/s)" in html
 
 
 @pytest.mark.once

@@ -105,7 +105,8 @@ _MAX_PAUSES = 100
 #: Rows of the host and endpoint tables (and host timelines) by default; the rest fold into OTHER.
 DEFAULT_TOP = 20
 #: Throttle values plotted per host, in lane order: (event change, lane title).
-THROTTLE_SERIES = (("concurrency", "concurrency"), ("spacing", "spacing (s)"), ("host_rate", "host rate (req/s)"))
+THROTTLE_SERIES = (("concurrency", "concurrency"), ("spacing", "spacing (s)"), ("host_rate", "host rate (req/s)"),
+                   ("host_limit", "limit met (req/s)"))
 
 
 class _Series:
@@ -166,8 +167,10 @@ class _HostThrottle:
         evidence = rec.get("evidence")
         limit = evidence.get("host_limit") if isinstance(evidence, dict) else None
         if isinstance(limit, dict) and _number(limit.get("ceiling"), 0.0, _MAX_SECONDS):
-            fell = limit.get("fell_from")
-            self.limit = (float(limit["ceiling"]), float(fell) if _number(fell, 0.0, _MAX_SECONDS) else None)
+            fell, met = limit.get("fell_from"), float(limit["ceiling"])
+            if self.limit is None or self.limit[0] != met:
+                self.series["host_limit"].add(t, met)  # each level the limit was met at, once
+            self.limit = (met, float(fell) if _number(fell, 0.0, _MAX_SECONDS) else None)
 
     def final(self, name: str) -> float | None:
         s = self.series[name]
@@ -770,7 +773,8 @@ def host_timeline_svg(data: ReportData, host: str, g: _Group) -> str:
         def y(v: float | None, top: float = top, bottom: float = bottom, vmax: float = vmax) -> float:
             return top if v is None else bottom - lane_h * v / vmax
 
-        steps = [(t0, first), *points, (t0 + span, points[-1][1])]
+        # A limit is drawn from where it was first met; the other values from the start.
+        steps = [*([] if name == "host_limit" else [(t0, first)]), *points, (t0 + span, points[-1][1])]
         path = []
         for (ta, va), (tb, _vb) in zip(steps, steps[1:]):
             path += [f"{x(ta):.1f},{y(va):.1f}", f"{x(tb):.1f},{y(va):.1f}"]
@@ -893,7 +897,8 @@ def render(
     timelines = [
         _figure(f"fig-host-{i}", f"Throttle timeline: {host}", host_timeline_svg(data, host, g),
                 f"{host}: successful pages and 429s per minute, and the throttle's concurrency, spacing "
-                "(lower end of the band) and host rate after each change; shaded: pauses and parks.")
+                "(lower end of the band) and host rate after each change, and each rate the host-wide limit "
+                "was met at; shaded: pauses and parks.")
         for i, (host, g) in enumerate(top_hosts)
     ]
     sources_txt = ", ".join(f"{k}: {v}" for k, v in sorted(data.exit_ip_sources.items())) or "-"
