@@ -178,6 +178,25 @@ def test_probes_that_met_a_limit_a_little_under_where_it_stood_count_for_it_when
     assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == 8 * HOLD_FIRST
 
 
+def test_holds_and_parks_stay_at_their_caps_however_many_probes_and_parks_came_before() -> None:
+    # A steady limit probed every 80 s for a day, by four processes: thousands of confirmations.
+    c = Ceiling()
+    c.failed(6.0, 1.0, probe=False, climbed_fast=False)
+    c.confirmed = 5000
+    assert c.hold(W) == W * HOLD_WINDOWS
+    c.failed(2.0, 10.0, probe=False, climbed_fast=False)  # it fell
+    c.confirmed = 5000
+    assert c.fallen and c.hold(W) == W * HOLD_WINDOWS
+    s = SpacingEstimator()
+    s.raises, s.streak, s.raised_at = 5000, 5000, 0.0
+    assert s.narrowed((1.0, 1.1), 0.2, W - 0.1, W) is None  # held a window at most
+    assert s.target(1.0, 0.0, W) == pytest.approx(2.0)  # a guess 100% above the gap at most
+    p, gate, ft, _ = policy(True)
+    p._policy("a").parks = 5000
+    p.unanswered("a", park=True)
+    assert gate.host("a").paused_until == pytest.approx(ft.now + p.config.park_time[1])
+
+
 def test_a_long_run_of_signals_steps_down_to_the_deepest_cut_and_no_further() -> None:
     r, rate = RateSearch(), 8.0
     for i in range(20):  # a host answering 429 to everything, each a step deeper, never past the backoff

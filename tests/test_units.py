@@ -12,6 +12,7 @@ from scrapy.settings import Settings
 
 from scrapy_polite.downloader.retry_after import parse_retry_after
 from scrapy_polite.errors import PoliteConfigError, SessionEndpointLost
+from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
 from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_file
@@ -610,6 +611,17 @@ def test_a_dead_endpoint_is_probed_once_per_longest_backoff() -> None:
     assert again and again[0].endpoint.key == dead
     gate.endpoint_ok(dead)
     assert gate.endpoint_usable(gate.endpoints[dead])
+
+
+def test_an_endpoint_dead_for_days_keeps_its_longest_backoff() -> None:
+    # One failed probe per longest backoff: 2000 failures is 2.8 days at 2 minutes. 2 ** 1024 does not
+    # convert to a float: uncapped, the backoff raised OverflowError after about 34 hours.
+    gate, ft = make_gate(n=2, max_failures=2, backoff=(2.0, 120.0))
+    dead = next(iter(gate.endpoints))
+    for _ in range(2000):
+        gate.endpoint_failed(dead)
+    assert gate.endpoints[dead].unhealthy_until == pytest.approx(ft.now + 120.0)
+    assert doubling(2.0, 10**6, 120.0) == 120.0 and doubling(2.0, 3, 120.0) == 16.0
 
 
 def test_a_lease_says_whether_the_host_rate_held_its_request() -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import failures
+from scrapy_polite.gate.backoff import endpoint_backoff
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -133,8 +134,7 @@ class Blame:
         elif verdict.blame == failures.HOST:
             self._host_unanswered(lease.host, verdict.park, reason)
         else:
-            base, cap = self.config.endpoint_backoff
-            seconds = min(cap, base * 2 ** (verdict.streak - 1))
+            seconds = endpoint_backoff(verdict.streak, self.config.endpoint_backoff)
             # Benched for this host only (as a ban is): no rate signal, the other hosts unaffected.
             self.gate.ban_endpoint(lease.endpoint.key, lease.host, seconds)
             logger.debug(

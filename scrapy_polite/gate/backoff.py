@@ -9,10 +9,20 @@ PAIR_MEMORY = 1.0
 RETRY_BACKOFF = (0.25, 8.0)
 
 
+#: Past this many doublings any cap is reached (and ``2 ** 1024`` does not convert to a float).
+MAX_DOUBLINGS = 64
+
+
+def doubling(base: float, times: int, cap: float) -> float:
+    """*base* doubled *times* times, capped at *cap*: every exponential backoff and hold, so that a
+    count that keeps growing over a long crawl (an endpoint dead for days) never overflows."""
+    return min(cap, base * 2.0 ** min(times, MAX_DOUBLINGS))
+
+
 def endpoint_backoff(failures: int, backoff: tuple[float, float]) -> float:
     """How long an endpoint rests after its *failures*-th failure in a row: exponential, capped."""
     base, cap = backoff
-    return min(cap, base * 2 ** (failures - 1))
+    return doubling(base, failures - 1, cap)
 
 
 def draw_spacing(u: float, delay: tuple[float, float], min_delay: float) -> float:

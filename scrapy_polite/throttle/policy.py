@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
@@ -270,7 +271,7 @@ class ThrottlePolicy:
         if park:
             p.parks += 1
             low, high = cfg.park_time
-            seconds = min(high, low * 2 ** (p.parks - 1))
+            seconds = doubling(low, p.parks - 1, high)
             gate.pause_host(host, seconds)
             changes.append(f"parked {seconds:.0f} s (park #{p.parks})")
         elif gate.host(host).limit > 1:
@@ -533,7 +534,7 @@ class ThrottlePolicy:
         p.concurrency.floor_hits = 0
         p.parks += 1
         low, high = cfg.park_time
-        park = min(high, low * 2 ** (p.parks - 1))
+        park = doubling(low, p.parks - 1, high)
         self.gate.pause_host(host, park)
         evidence["park"] = p.parks
         return [f"keeps answering {status} at concurrency 1: parked {park:.0f} s (park #{p.parks})"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import same
 
 #: Each clean answer sent at the current host rate raises it by this share; a
@@ -116,8 +117,8 @@ class Ceiling:
             return window / (MOVED_SHARE if fallen else 1)
         longest = window * HOLD_WINDOWS
         if fallen:
-            longest = min(longest, window / MOVED_SHARE * 2 ** max(0, self.confirmed - STEADY))
-        return min(longest, HOLD_FIRST * 2 ** (self.confirmed + (not fallen)))
+            longest = doubling(window / MOVED_SHARE, max(0, self.confirmed - STEADY), longest)
+        return doubling(HOLD_FIRST, self.confirmed + (not fallen), longest)
 
     def met_again(self, level: float) -> None:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:

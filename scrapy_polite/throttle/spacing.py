@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import same
 
 #: A per-IP signal puts the spacing band this share above the gap that drew it;
@@ -100,7 +101,7 @@ class SpacingEstimator:
         if (reach or back) and known <= gap * (1 + REACH):
             return max(gap * (1 + MARGIN), known)
         if reach:
-            guess = min(GUESS_MAX, GUESS_FIRST * 2 ** max(0, self.streak - 1)) if back else REACH
+            guess = doubling(GUESS_FIRST, max(0, self.streak - 1), GUESS_MAX) if back else REACH
             return gap * (1 + max(MARGIN, guess))
         return gap * (1 + MARGIN)
 
@@ -136,7 +137,7 @@ class SpacingEstimator:
 
     def narrowed(self, band: Band, floor: float, now: float, window: float = math.inf) -> Band | None:
         """Adaptive mode: one step below *band*, never under *floor*, once a raise's hold is over."""
-        if self.raises and now - self.raised_at < min(window, HOLD * 2 ** (self.raises - 1)):
+        if self.raises and now - self.raised_at < doubling(HOLD, self.raises - 1, window):
             return None
         lo, hi = band
         # Without a failure known, a step down; with one, at least halfway to just above it.
