@@ -761,14 +761,15 @@ def test_a_host_rate_change_carries_what_the_search_knows_of_the_limit() -> None
     assert changes and all("host_limit" not in c[4] for c in changes)  # nothing known of a limit yet
     rate = min(1 / gate.host("a").interval, len(eps) / 1.2)  # the host rate, or what the pool sends at its spacing
     ft.advance(0.3)
-    p.rate_limited("a", eps[0], 2.0, granted_at=ft.now - 0.1)  # no gap known: the host
+    # No gap known (the endpoint's first request to the host): the gate's slack measured nothing.
+    p.rate_limited("a", eps[0], 2.0, slack=11814.0, granted_at=ft.now - 0.1)
     evidence = changes[-1][4]
-    assert evidence["blame"] == HOST
+    assert evidence["blame"] == HOST and evidence["gap"] is None and evidence["slack"] is None
     assert evidence["host_limit"]["ceiling"] == pytest.approx(rate, rel=1e-3)
     assert evidence["host_limit"]["holds_below"] == pytest.approx(rate, rel=1e-3)
     assert evidence["host_limit"]["hold"] == 2 * HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
     text = evidence_text(evidence)
-    assert f"host limit met at {rate:.2f} req/s" in text and f"holds below {rate:.2f} req/s for 6 s, then probes past it" in text
+    assert "gap never, Retry-After 2 s" in text and f"host limit met at {rate:.2f} req/s" in text and f"holds below {rate:.2f} req/s for 6 s, then probes past it" in text
 
 
 def test_the_log_line_tells_a_fallen_limit_and_a_clean_answers_host_limit() -> None:

@@ -184,8 +184,10 @@ class ThrottlePolicy:
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
             spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
         )
+        # With no gap known (the endpoint's first request to the host) the slack measured nothing.
         evidence: dict[str, Any] = {
-            "status": status, "retry_after": round(delay, 3), "gap": _finite(gap), "slack": _finite(slack),
+            "status": status, "retry_after": round(delay, 3), "gap": _finite(gap),
+            "slack": _finite(slack) if math.isfinite(gap) else None,
             "blame": verdict.blame, "why": verdict.why, "sent": round(sent, 3), "endpoint": endpoint.label,
         }
         changes: list[str] = []
@@ -617,7 +619,6 @@ def evidence_text(evidence: dict[str, Any]) -> str:
     text = ""
     if "blame" in evidence:
         why = f" ({evidence['why']})" if evidence.get("why") else ""
-        # With no gap known the slack (how long of the gap its spacing had let it go) says nothing.
         slack = f", slack {sec(evidence['slack'])}" if evidence["gap"] is not None else ""
         text = (f"; blamed on a {evidence['blame']} limit{why}: gap {sec(evidence['gap'])}{slack}, "
                 f"Retry-After {evidence['retry_after']:g} s")
