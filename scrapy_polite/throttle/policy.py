@@ -265,16 +265,13 @@ class ThrottlePolicy:
         429s); a host that answered nothing since it was last blamed is parked for
         the doubling ``POLITE_PARK_TIME``. Returns what changed.
         """
-        cfg, gate, now = self.config, self.gate, self.clock()
+        gate, now = self.gate, self.clock()
         p = self._policy(host)
         old = self._snapshot(host)
         p.last_change = now  # no clean-window step back up right after
         changes: list[str] = []
         if park:
-            p.parks += 1
-            low, high = cfg.park_time
-            seconds = doubling(low, p.parks - 1, high)
-            gate.pause_host(host, seconds)
+            seconds = self._park(p, host)
             changes.append(f"parked {seconds:.0f} s (park #{p.parks})")
         elif gate.host(host).limit > 1:
             changes += self._cut_concurrency(p, host, now)
@@ -529,15 +526,20 @@ class ThrottlePolicy:
         lat = p.concurrency.latency
         return [f"concurrency {before} -> {new} ({rate:.2f} req/s x {lat or 0:.2f} s latency)"]
 
+    def _park(self, p: _HostPolicy, host: str) -> float:
+        """Park *host* for the next of its doubling ``POLITE_PARK_TIME`` intervals; returns the seconds."""
+        p.parks += 1
+        low, high = self.config.park_time
+        seconds = doubling(low, p.parks - 1, high)
+        self.gate.pause_host(host, seconds)
+        return seconds
+
     def _maybe_park(self, p: _HostPolicy, host: str, status: int | str, evidence: dict[str, Any]) -> list[str]:
         cfg = self.config
         if p.concurrency.floor_hits < cfg.park_after:
             return []
         p.concurrency.floor_hits = 0
-        p.parks += 1
-        low, high = cfg.park_time
-        park = doubling(low, p.parks - 1, high)
-        self.gate.pause_host(host, park)
+        park = self._park(p, host)
         evidence["park"] = p.parks
         return [f"keeps answering {status} at concurrency 1: parked {park:.0f} s (park #{p.parks})"]
 
