@@ -86,7 +86,7 @@ MET_AT = "met at"
 class Ceiling:
     """Where one host's limit was met, and how often probes met it there: how long to hold under it."""
 
-    __slots__ = ("level", "at", "peak", "confirmed", "peak_confirmed", "provisional")
+    __slots__ = ("level", "at", "peak", "confirmed", "peak_confirmed", "provisional", "stood")
 
     def __init__(self) -> None:
         #: The rate the limit was last met at (``None``: none yet), and since when.
@@ -102,6 +102,10 @@ class Ceiling:
         #: Whether the level is a slow-start step's overshoot, so only an upper bound: a failure
         #: below it then finds the limit, and neither means the limit moved nor counts as noise.
         self.provisional = False
+        #: Where the limit stood when the current run of signals began: each signal of a run steps
+        #: the rate, and so the level it meets, further down, and a run that ends far under the
+        #: ceiling fell from where the run began, not from its last step.
+        self.stood: float | None = None
 
     @property
     def fallen(self) -> bool:
@@ -138,10 +142,14 @@ class Ceiling:
         if self.level is None or level < self.level:
             self.level, self.at = level, at
 
-    def failed(self, failed: float, now: float, probe: bool, climbed_fast: bool) -> str:
+    def failed(self, failed: float, now: float, probe: bool, climbed_fast: bool, first: bool = True) -> str:
         """A host-wide failure at the host rate *failed* (*probe*: sent past a hold; *climbed_fast*:
-        that rate was a slow-start step): move the ceiling. Returns ``FOUND``, ``MET_AT`` or ""."""
+        that rate was a slow-start step; *first*: the first signal of a run): move the ceiling.
+        Returns ``FOUND``, ``MET_AT`` or ""."""
         provisional, self.provisional = self.provisional, False
+        if first or self.stood is None:
+            # A slow start's overshoot is only an upper bound: the limit stood at least where this met it.
+            self.stood = failed if self.level is None else min(self.level, failed) if provisional else self.level
         how = ""
         if self.level is None:
             self.level, self.at, self.provisional = failed, now, climbed_fast
@@ -151,7 +159,7 @@ class Ceiling:
             # Far under the ceiling: the limit fell, unless that ceiling was only just found (a
             # burst the limit allows after a pause lets a climb run past it for a second or two).
             if now - self.at >= SETTLE:
-                self._stood(self.level)
+                self._stood(max(self.level, self.stood or 0.0))
                 self.confirmed = 0
             self.level, self.at = failed, now
         elif failed <= self.level * (1 + STEP) ** 2:
@@ -297,7 +305,8 @@ class RateSearch:
         if s.rate is None:
             self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is
         else:
-            how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast), self.ceiling.level
+            first = self.fail_streak == 1
+            how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast, first), self.ceiling.level
             if how == FOUND:
                 self.bad_found = False  # neither noise nor a move: the limit
             elif how == MET_AT and accepted is None and level is not None:
