@@ -88,10 +88,11 @@ class _HostPolicy:
 
 
 #: What survives a host's eviction from the throttle: the searches' findings and
-#: when concurrency last stepped down, so a host seen again is not probed from scratch.
+#: when concurrency last stepped down, so a host seen again is not probed from scratch
+#: (nor its steady limit re-probed on the first hold: the probes that met it are kept).
 _KEPT = (("concurrency", "last_decrease"), ("", "last_signal"), ("concurrency", "floor_hits"), ("", "parks"),
          ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate.ceiling", "level"),
-         ("rate.ceiling", "peak"),
+         ("rate.ceiling", "peak"), ("rate.ceiling", "confirmed"), ("rate.ceiling", "peak_confirmed"),
          ("spacing", "bad_gap"))
 
 
