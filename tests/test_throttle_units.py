@@ -26,7 +26,14 @@ from scrapy_polite.throttle.rate import (
     RateSearch,
     Signal,
 )
-from scrapy_polite.throttle.spacing import HOLD, MARGIN, MIN_JITTER, SpacingEstimator
+from scrapy_polite.throttle.spacing import (
+    BAD_GAP_DECAY,
+    DECAY_WINDOWS,
+    HOLD,
+    MARGIN,
+    MIN_JITTER,
+    SpacingEstimator,
+)
 from scrapy_polite.throttle.traffic import MIN_ANSWERS, Traffic
 
 pytestmark = pytest.mark.once
@@ -124,6 +131,49 @@ def test_spacing_narrows_per_step_never_below_the_failing_gap_and_forgets_it_slo
     assert band[0] == pytest.approx(0.9 * (1 + MARGIN))
     s.decay()
     assert s.floor(0.3) < 0.9 * (1 + MARGIN)
+
+
+def decays(s: SpacingEstimator, windows: int) -> list[float]:
+    """The longest failing gap after each of *windows* clean windows."""
+    out = []
+    for _ in range(windows):
+        s.decay()
+        out.append(s.bad_gap)
+    return out
+
+
+def test_a_per_ip_limit_met_again_where_a_decay_let_go_of_it_is_re_probed_more_rarely() -> None:
+    # A steady 1 req/s per-IP limit: each clean window let go of some of the failing gap, and the
+    # narrowing that followed was a 429 every window (20 s) for the whole crawl, and a second one as
+    # the narrowing searched under the gap that had failed before. Met again near where it was let
+    # go, the limit stands there, and the next decay waits twice as many windows, up to DECAY_WINDOWS.
+    s = SpacingEstimator()
+    s.raised(0.97, (0.64, 1.04), 10.0, True, 0.0, W)
+    assert decays(s, 1) == [pytest.approx(0.97 * BAD_GAP_DECAY)]  # the first: one window
+    waits = []
+    for probe in range(4):
+        s.raised(0.94, (0.93, 0.96), 10.0, True, 100.0 * (probe + 1), W)  # the probe met it again
+        assert s.confirmed == probe + 1 and s.bad_gap == pytest.approx(0.97)
+        assert s.floor(0.3) == pytest.approx(0.97 * (1 + MARGIN))  # no narrowing under it again
+        after = decays(s, 8)
+        waits.append(next(i + 1 for i, gap in enumerate(after) if gap < 0.97))
+    assert waits == [2, 4, DECAY_WINDOWS, DECAY_WINDOWS]
+
+
+def test_a_per_ip_limit_that_relaxed_after_a_decay_is_probed_from_scratch() -> None:
+    s = SpacingEstimator()
+    s.raised(0.97, (0.64, 1.04), 10.0, True, 0.0, W)
+    s.decay()
+    s.raised(0.96, (0.93, 0.96), 10.0, True, 50.0, W)
+    assert s.confirmed == 1
+    assert s.bad_gap == 0.97  # met near where it was let go: it stands there
+    let_go = [0.97 * BAD_GAP_DECAY ** k for k in (0, 1, 1, 2, 2, 3)]  # a decay every second window
+    assert decays(s, 6) == pytest.approx(let_go)
+    s.raised(0.6, (0.59, 0.61), 10.0, True, 100.0, W)  # the narrowings went far under it: it relaxed
+    assert s.confirmed == 0 and decays(s, 1) == [pytest.approx(0.6 * BAD_GAP_DECAY)]  # the next window
+    # Another process sharing the host raised the band back where this one let go: met again.
+    s.seen = (0.5, 0.52)
+    assert s.follow((0.6 * (1 + MARGIN), 0.65), 200.0) and s.confirmed == 1
 
 
 def test_a_gap_the_band_raised_since_no_longer_allows_is_answered_for_and_bounds_the_narrowing() -> None:

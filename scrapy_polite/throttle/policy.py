@@ -93,7 +93,7 @@ class _HostPolicy:
 _KEPT = (("concurrency", "last_decrease"), ("", "last_signal"), ("concurrency", "floor_hits"), ("", "parks"),
          ("rate", "good"), ("rate", "bad"), ("rate", "bad_found"), ("rate.ceiling", "level"),
          ("rate.ceiling", "peak"), ("rate.ceiling", "confirmed"), ("rate.ceiling", "peak_confirmed"),
-         ("spacing", "bad_gap"))
+         ("spacing", "bad_gap"), ("spacing", "confirmed"))
 
 
 _kept: Callable[[_HostPolicy], tuple[Any, ...]] = attrgetter(

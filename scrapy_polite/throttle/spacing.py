@@ -36,6 +36,11 @@ HOLD = 3.0
 #: Each clean window eases the memory of the longest failing gap by this factor,
 #: so a limit that relaxes (or a signal blamed on spacing by mistake) is let go.
 BAD_GAP_DECAY = 0.85
+#: A raise at a gap within this share under the failing gap a decay let go of met the same
+#: per-IP limit again: each such raise doubles the clean windows before the next decay, up to
+#: ``DECAY_WINDOWS`` (the narrowing a decay allows is a probe, a 429 while the limit stays).
+SAME_LIMIT = 0.05
+DECAY_WINDOWS = 4
 #: Without adaptive mode, a clean window narrows raised spacing back toward
 #: ``POLITE_DELAY`` by this factor.
 SHRINK = 0.85
@@ -46,7 +51,8 @@ Band = tuple[float, float]
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
-    __slots__ = ("bad_gap", "changed", "raised_at", "raises", "streak", "clean_gaps", "seen")
+    __slots__ = ("bad_gap", "changed", "raised_at", "raises", "streak", "clean_gaps", "seen", "let_go",
+                 "confirmed", "windows")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
@@ -61,6 +67,11 @@ class SpacingEstimator:
         #: The band this estimator last set or saw in force: another process sharing the
         #: host (``POLITE_STATE``) may have moved it since.
         self.seen: Band | None = None
+        #: The failing gap the last decay let go of (0: none since the last raise), the raises
+        #: that met the limit there again, and the clean windows since the last decay or raise.
+        self.let_go = 0.0
+        self.confirmed = 0
+        self.windows = 0
 
     def follow(self, band: Band, since: float) -> bool:
         """The band in force is *band*, in force here *since* then: when another process moved
@@ -76,8 +87,20 @@ class SpacingEstimator:
             return False
         self.changed = max(self.changed, since)
         if band[0] > old[0]:
-            self.bad_gap = max(self.bad_gap, band[0] / (1 + MARGIN))
+            self._failed(band[0] / (1 + MARGIN))
         return True
+
+    def _failed(self, gap: float) -> None:
+        """A gap this short failed (here or in another process sharing the host): after a decay, met
+        near where the decay let go, the same limit, which stands where it was (the narrowing does
+        not search under it again, a 429 more); well under it, a limit that relaxed."""
+        if self.let_go > 0:
+            same = gap * (1 + SAME_LIMIT) >= self.let_go
+            self.confirmed = self.confirmed + 1 if same else 0
+            gap = max(gap, self.let_go) if same else gap
+            self.let_go = 0.0
+        self.windows = 0
+        self.bad_gap = max(self.bad_gap, gap)
 
     def clean(self, gap: float, now: float, window: float) -> None:
         if math.isfinite(gap):
@@ -109,7 +132,7 @@ class SpacingEstimator:
                reach: bool = True) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
         see :meth:`target`)."""
-        self.bad_gap = max(self.bad_gap, gap)
+        self._failed(gap)
         lo, hi = band
         new_lo = min(self.target(gap, now, window, reach, back=adaptive), ceiling)
         if new_lo <= lo:
@@ -128,7 +151,7 @@ class SpacingEstimator:
         still failed, and bounds the narrowing."""
         if not (sent_at < self.changed and gap < band[0]):
             return False
-        self.bad_gap = max(self.bad_gap, gap)
+        self._failed(gap)
         return True
 
     def floor(self, configured: float) -> float:
@@ -151,9 +174,16 @@ class SpacingEstimator:
         return (new_lo, new_hi)
 
     def decay(self) -> None:
-        """A clean window: let go of a little of the failing gap."""
-        self.bad_gap *= BAD_GAP_DECAY
+        """A clean window: the raises' hold starts afresh, and once as many clean windows passed as
+        the limit's confirmations allow, a little of the failing gap is let go (re-probed)."""
         self.raises = self.streak = 0
+        self.windows += 1
+        if self.windows < doubling(1, self.confirmed, DECAY_WINDOWS):
+            return
+        self.windows = 0
+        if self.bad_gap > 0:
+            self.let_go = max(self.let_go, self.bad_gap)
+        self.bad_gap *= BAD_GAP_DECAY
 
     def restored(self, band: Band, base: Band, floor: float) -> Band | None:
         """Without adaptive mode: a clean window brings a raised band back toward *base*."""
