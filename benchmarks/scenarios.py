@@ -135,6 +135,15 @@ def build(quick: bool) -> list[Scenario]:
         limit_note="min(4 proxies x 1 req/s, host 3 req/s)", limit_steps=[(0.0, 3.0)],
     ))
 
+    pages = 100 if q else 480
+    out.append(Scenario(
+        "bursty", "1 req/s per IP with a burst of 3 (nginx limit_req burst=2 nodelay), latency 40-160 ms, 8 proxies",
+        SandboxConfig(sites=[_site(pages=pages, per_ip_rate=1.0, per_ip_burst=3, per_ip_max_inflight=1,
+                                   latency=[0.04, 0.16], retry_after=2)], proxies=ProxyConfig(count=n, gateway=False)),
+        time_limit=25 if q else 120, page_budget=_catalogue_pages(pages),
+        limit_note=f"{n} proxies x 1 req/s (the burst of 3 per IP not counted)", limit_steps=[(0.0, n * 1.0)],
+    ))
+
     n9, dead_at = 9, (6.0 if q else 30.0)
     pages = 120 if q else 600
     out.append(Scenario(

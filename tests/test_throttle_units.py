@@ -395,24 +395,36 @@ def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() 
     assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 4 * HOLD_FIRST
 
 
-def test_a_limit_that_falls_before_any_probe_fell_from_where_the_run_of_signals_began() -> None:
-    # The cap went 6 -> 2 req/s 8 s into a crawl: the slow start had overshot to 6.1 and the search
-    # held at 5.55 when the fall's run of 429s met 5.55, 5.04 and 4.17, each lowering the level,
-    # before 2.85 was far under it. The limit stood at 5.55, not 4.17: back there, the search resumes
-    # a step under 5.55 (it resumed at 3.8 and held there 6 s while the cap was back at 6).
+def fall_before_any_probe(held: float) -> RateSearch:
+    """The cap went 6 -> 2 req/s 8 s into a crawl: the slow start had overshot to 6.1, and the search
+    had held at 5.55 for *held* seconds when the fall's run of 429s met 5.55, 5.04 and 4.17, each
+    lowering the level, before 2.85 was far under it."""
     r = RateSearch()
     for rate in (2.5, 3.1, 3.9, 4.9):
         r.clean(rate, 0.0, W, math.inf)
     assert r.limited(Signal(6.1, 6.1, False, 0.5), 1.0) == pytest.approx(4.9)  # the overshoot
     assert r.ceiling.provisional
-    r.changed = 1.0
+    r.changed = 6.0 - held
     r.clean(4.9, 1.5, W, math.inf)
     for t, rate in ((6.0, 5.55), (6.3, 5.04), (6.6, 4.17), (7.0, 2.85)):  # one run: each a step deeper
         r.limited(Signal(rate, rate, False, 0.5), t)
-    assert r.fail_streak == 4
-    assert r.ceiling.fallen and r.ceiling.peak == pytest.approx(5.55) and r.ceiling.level == pytest.approx(2.85)
-    assert r.explain(W)["fell_from"] == pytest.approx(5.55)
+    assert r.fail_streak == 4 and r.ceiling.fallen and r.ceiling.level == pytest.approx(2.85)
+    return r
+
+
+def test_a_limit_that_falls_before_any_probe_fell_from_where_the_run_of_signals_began() -> None:
+    # The limit stood at 5.55, not 4.17: back there, the search resumes a step under 5.55 (it resumed
+    # at 3.8 and held there 6 s while the cap was back at 6).
+    r = fall_before_any_probe(held=5.0)
+    assert r.ceiling.peak == pytest.approx(5.55) and r.explain(W)["fell_from"] == pytest.approx(5.55)
     assert r.ceiling.back(20.0) == pytest.approx(5.55)
+
+
+def test_a_rate_the_host_answered_only_briefly_before_a_run_of_signals_is_not_where_the_limit_stood() -> None:
+    # A limit with a burst allowance answers a rate far past it for a second or two: a run that met
+    # it then fell from the level it lowered to, not from that rate.
+    r = fall_before_any_probe(held=SETTLE / 2)
+    assert r.ceiling.peak == pytest.approx(4.17)
 
 
 def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_under_not_closer() -> None:

@@ -102,9 +102,10 @@ class Ceiling:
         #: Whether the level is a slow-start step's overshoot, so only an upper bound: a failure
         #: below it then finds the limit, and neither means the limit moved nor counts as noise.
         self.provisional = False
-        #: Where the limit stood when the current run of signals began: each signal of a run steps
-        #: the rate, and so the level it meets, further down, and a run that ends far under the
-        #: ceiling fell from where the run began, not from its last step.
+        #: Where the limit stood when the current run of signals began (``None``: the rate in force
+        #: then had not stood ``SETTLE`` seconds): each signal of a run steps the rate, and so the
+        #: level it meets, further down, and a run that ends far under the ceiling fell from where
+        #: the run began, not from its last step.
         self.stood: float | None = None
 
     @property
@@ -142,14 +143,18 @@ class Ceiling:
         if self.level is None or level < self.level:
             self.level, self.at = level, at
 
-    def failed(self, failed: float, now: float, probe: bool, climbed_fast: bool, first: bool = True) -> str:
+    def failed(self, failed: float, now: float, probe: bool, climbed_fast: bool, first: bool = True,
+               settled: bool = True) -> str:
         """A host-wide failure at the host rate *failed* (*probe*: sent past a hold; *climbed_fast*:
-        that rate was a slow-start step; *first*: the first signal of a run): move the ceiling.
-        Returns ``FOUND``, ``MET_AT`` or ""."""
+        that rate was a slow-start step; *first*: the first signal of a run, *settled*: at a rate in
+        force for ``SETTLE`` seconds): move the ceiling. Returns ``FOUND``, ``MET_AT`` or ""."""
         provisional, self.provisional = self.provisional, False
-        if first or self.stood is None:
-            # A slow start's overshoot is only an upper bound: the limit stood at least where this met it.
-            self.stood = failed if self.level is None else min(self.level, failed) if provisional else self.level
+        if first:
+            # A slow start's overshoot is only an upper bound: the limit stood at least where this met
+            # it, if the host had answered that rate for a while (a burst allowance answers a rate
+            # far past the limit for a second or two).
+            self.stood = None if not settled else (
+                failed if self.level is None else min(self.level, failed) if provisional else self.level)
         how = ""
         if self.level is None:
             self.level, self.at, self.provisional = failed, now, climbed_fast
@@ -305,8 +310,8 @@ class RateSearch:
         if s.rate is None:
             self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is
         else:
-            first = self.fail_streak == 1
-            how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast, first), self.ceiling.level
+            first, settled = self.fail_streak == 1, now - self.changed >= SETTLE
+            how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast, first, settled), self.ceiling.level
             if how == FOUND:
                 self.bad_found = False  # neither noise nor a move: the limit
             elif how == MET_AT and accepted is None and level is not None:
