@@ -9,8 +9,10 @@ import pytest
 from test_units import config, make_gate
 
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
+from scrapy_polite.sandbox.common import TokenBucket
 from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
+from scrapy_polite.throttle.drain import Drained, IpRuns
 from scrapy_polite.throttle.policy import ThrottlePolicy, evidence_text
 from scrapy_polite.throttle.rate import (
     FOUND,
@@ -1362,3 +1364,108 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
     assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 4 * HOLD_FIRST
     climb_past(again, 40.0)
     assert not again.ceiling.fallen and again.ceiling.confirmed == 0 and again.ceiling.hold(W) == 2 * HOLD_FIRST
+
+
+# -- per-IP allowances (token buckets) ------------------------------------------------------------------
+
+
+def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
+    runs = IpRuns()
+    runs.clean("e1", math.inf, 1.6)  # the IP's first request: its bucket is full, the run starts
+    for _ in range(4):
+        runs.clean("e1", 0.4, 1.6)
+    # Failed at a gap it was answered at: five requests in 2.0 s, a 0.40 s pace its allowance did not keep up with.
+    drained = runs.limited("e1", 0.4)
+    assert drained is not None and drained.clean == 5 and drained.mean_gap == pytest.approx(0.4)
+    assert not drained.strict
+    # The next run starts at that 429: its Retry-After wait counts (the bucket refilled meanwhile), and ends
+    # no run. Two clean requests over 3.2 s, then a 429 at a gap it was answered at: its bucket went from
+    # under a token to under a token, so it refilled less than three: at least 1.07 s a request.
+    runs.clean("e1", 2.0, 0.5)
+    runs.clean("e1", 0.6, 0.5)
+    drained = runs.limited("e1", 0.6)
+    assert drained is not None and drained.mean_gap == pytest.approx(3.2 / 3) and drained.shortest == pytest.approx(0.6)
+    # Failing at a gap shorter than every clean one in the run: a limit on the gap itself may explain it.
+    runs.clean("e1", 2.0, 1.6)
+    runs.clean("e1", 1.0, 1.6)
+    drained = runs.limited("e1", 0.9)
+    assert drained is not None and drained.strict
+    # A run an idle gap interrupted starts again (the bucket may have filled); nor is an IP without a run known.
+    runs.clean("e1", 2.1, 1.6)
+    runs.clean("e1", 19.0, 1.6)
+    runs.clean("e1", 0.5, 1.6)
+    drained = runs.limited("e1", 0.5)
+    assert drained is not None and drained.clean == 2 and drained.mean_gap == pytest.approx(0.5)
+    assert runs.limited("e2", 0.5) is None
+
+
+def test_a_429_after_an_ips_run_held_by_its_spacing_points_at_the_ip_and_one_not_held_is_weighed_as_before() -> None:
+    a = Attribution()
+    for i in range(10):
+        a.clean(8.0, i * 0.1, W, gap=0.3)
+    drained = Drained(1.02, 8, 0.35, False)
+    v = a.decide("e1", 0.4, 0.0, 0.3, 8.0, 1.0, W, spacing_cost=0.6, rate_cost=0.09, drained=drained)
+    assert v.blame == PER_IP and v.drained and "after 8 clean requests" in v.why and "1.02 s a request" in v.why
+    # A gap the host rate held (slack): the run was the rate's, not the IP's own pace.
+    v = a.decide("e2", 0.4, 0.3, 0.3, 8.0, 1.1, W, spacing_cost=0.6, rate_cost=0.09, drained=drained)
+    assert v.blame == HOST and not v.drained
+    # Shorter than every clean gap of its run and of the other IPs: the gap says it, as before.
+    strict = Drained(1.02, 8, 0.45, True)
+    v = a.decide("e3", 0.25, 0.0, 0.3, 8.0, 1.2, W, drained=strict)
+    assert v.blame == PER_IP and not v.drained
+    # Shorter than its own, but another IP was answered at a gap as short: no limit on the gap; the run says it.
+    v = a.decide("e4", 0.4, 0.0, 0.3, 8.0, 1.3, W, drained=strict)
+    assert v.blame == PER_IP and v.drained
+
+
+def _bucket_crawl(p: ThrottlePolicy, gate, ft, seconds: float, burst: int, rate: float = 1.0,
+                  latency: float = 0.1, retry_after: float = 2.0) -> tuple[int, int, list[str]]:
+    """Requests through *gate* to a site that keeps a token bucket per exit IP (the sandbox's own), answered
+    *latency* after they go, every answer to *p*. Returns the clean answers, the 429s and each 429's blame."""
+    buckets = {key: TokenBucket(rate, burst, clock=ft.clock) for key in gate.endpoints}
+    counts, blames = [0, 0], []
+
+    def go() -> None:
+        gate.acquire("a").addCallback(lambda lease: ft.call_later(latency, lambda: answer(lease, buckets[
+            lease.endpoint.key].try_take())))
+
+    def answer(lease, clean: bool) -> None:
+        counts[not clean] += 1
+        kw = {"gap": lease.gap, "granted_at": lease.granted_at}
+        if clean:
+            p.ok("a", 200, endpoint=lease.endpoint.key, **kw)
+        else:
+            p.rate_limited("a", lease.endpoint, retry_after, slack=lease.slack, **kw)
+        gate.release(lease)
+        go()
+
+    for _ in range(3 * len(gate.endpoints)):
+        go()
+    end = ft.now + seconds
+    while ft.now < end:
+        ft.advance(0.01)
+    return counts[0], counts[1], blames
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_a_per_ip_token_bucket_is_found_from_the_ips_runs_and_held_under(adaptive: bool) -> None:
+    # 8 IPs, each allowed 1 req/s with a burst of 3 (nginx's limit_req burst=2 nodelay). Gaps far under
+    # a second go through until the burst is spent, so the gap that drew a 429 says little.
+    p, gate, ft, changes = policy(adaptive)
+    ok, limited, _ = _bucket_crawl(p, gate, ft, 240.0, burst=3)
+    why = [c[4].get("why", "") for c in changes]
+    assert any("allowance spent" in w for w in why) == adaptive  # defaults' band (0.8-1.6 s) keeps up
+    lo, hi = gate.host("a").delay
+    pace = len(gate.endpoints) * 240.0 / (ok + limited)
+    assert limited < 0.03 * ok
+    assert ok > 0.9 * 240 * len(gate.endpoints) * (1.0 if adaptive else 0.75)  # of the limit (defaults: their band)
+    assert (0.85 <= lo <= 1.15) if adaptive else (lo, hi) == (0.8, 1.6)
+    assert gate.host("a").interval == 0 or 1 / gate.host("a").interval > 7.0, pace
+
+
+def test_a_per_ip_limit_with_no_burst_is_found_from_its_gaps_as_before() -> None:
+    p, gate, ft, changes = policy(True)
+    ok, limited, _ = _bucket_crawl(p, gate, ft, 240.0, burst=1)
+    assert not any("allowance spent" in c[4].get("why", "") for c in changes)
+    assert limited < 0.03 * ok and ok > 0.9 * 240 * len(gate.endpoints)
+

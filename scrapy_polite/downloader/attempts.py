@@ -114,7 +114,7 @@ class Attempts:
             return self._flagged(request, response, lease, verdict, status)
         if self.runtime.throttle is not None:
             self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at,
-                                     rate_held=lease.rate_held)
+                                     rate_held=lease.rate_held, endpoint=lease.endpoint.key)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

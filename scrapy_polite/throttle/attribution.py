@@ -12,7 +12,10 @@ The evidence that separates the two:
   IPs within a moment point at the host;
 - **first requests**: an IP's first request to a host has no gap; when those
   go through cleanly and only the IPs' next ones fail, at a host rate the
-  first ones were answered at, the gap is what differs, not the rate.
+  first ones were answered at, the gap is what differs, not the rate;
+- **runs**: an IP held by its spacing whose gap was answered cleanly (on it
+  since its last 429, or on another IP) spent a per-IP allowance (a burst):
+  the mean gap of its run says where that limit lies (:mod:`.drain`).
 
 When both hypotheses have support, the cheaper remedy is tried first (the share
 of the host's throughput each would give up); the same IP limited again after
@@ -24,6 +27,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scrapy_polite.throttle.drain import Drained
 
 PER_IP = "per-ip"
 HOST = "host"
@@ -55,11 +62,19 @@ CHEAP = 0.05
 SPACING_UNDO = 2.0
 
 
+def spacing_held(gap: float, slack: float) -> bool:
+    """Whether the spacing held a request sent *gap* after its endpoint's previous one, *slack* after
+    the spacing let it go: the gap was the spacing's."""
+    return slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
+
+
 @dataclass
 class Verdict:
     blame: str
     why: str
     ambiguous: bool = False
+    #: Blamed on the IP's run (a per-IP allowance it spent), not on its last gap.
+    drained: bool = False
 
 
 class Attribution:
@@ -98,10 +113,11 @@ class Attribution:
 
     def decide(
         self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
-        spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf,
+        spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf, drained: Drained | None = None,
     ) -> Verdict:
         """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives
-        up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind)."""
+        up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind;
+        *drained*: the run the IP's 429 ended)."""
         self._expire(now, window)
         repeats = sum(k == endpoint for _, k in self.limited)
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
@@ -109,7 +125,15 @@ class Attribution:
         if not math.isfinite(gap):
             self.first_limited = now
             return Verdict(HOST, "no gap known for the endpoint")
-        held = slack <= max(SLACK_TOLERANCE, GAP_TOLERANCE * gap)
+        held = spacing_held(gap, slack)
+        if drained is not None and held and (not drained.strict or gap >= shortest_clean):
+            # The IP went as fast as its spacing let it, at a gap answered cleanly (on it or on another
+            # IP), and then was not: an allowance it spent. The run's pace is what it allows (a host-wide
+            # limit met this way is one the pool's spacing crossed: the same raise brings the pool back
+            # under it).
+            return Verdict(PER_IP, f"gaps down to {min(drained.shortest, shortest_clean):.2f} s answered cleanly, "
+                                   f"limited after {drained.clean} clean requests: a per-IP allowance spent, "
+                                   f"which needs at least {drained.mean_gap:.2f} s a request", drained=True)
         if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)

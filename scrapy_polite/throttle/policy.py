@@ -32,10 +32,11 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
-from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
+from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution, spacing_held
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
+from scrapy_polite.throttle.drain import IpRuns
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
-from scrapy_polite.throttle.spacing import SpacingEstimator
+from scrapy_polite.throttle.spacing import MARGIN, SpacingEstimator
 from scrapy_polite.throttle.traffic import Traffic
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class _HostPolicy:
     traffic: Traffic = field(default_factory=Traffic)
     concurrency: ConcurrencyModel = field(default_factory=ConcurrencyModel)
     attribution: Attribution = field(default_factory=Attribution)
+    runs: IpRuns = field(default_factory=IpRuns)
     #: What moved concurrency in the decision being made: "cut" (a signal that points at
     #: concurrency), "fit" (rate x latency), "clean window"; the event line says which.
     concurrency_cause: str | None = None
@@ -169,10 +171,15 @@ class ThrottlePolicy:
         """A rate signal from *host* via *endpoint*, with its cooldown *delay*."""
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
+        sent_at = now if granted_at is None else granted_at
+        drained = p.runs.limited(endpoint.key, gap)
         # The requests a band too narrow sent before its raise come back limited together, on several
-        # IPs within a moment: weighed again, they would look like a host-wide limit.
+        # IPs within a moment: weighed again, they would look like a host-wide limit (unless the IP's
+        # run, held by its spacing, says its allowance needs more than the raise gave).
         band = gate.host(host).delay
-        if p.spacing.answered(gap, now if granted_at is None else granted_at, band):
+        short = (drained is None or drained.strict or not spacing_held(gap, slack)
+                 or drained.mean_gap * (1 + MARGIN) <= band[0])
+        if short and p.spacing.answered(gap, sent_at, band):
             logger.debug("scrapy-polite: %s %s via %s answered for by the spacing raised since it was sent "
                          "(gap %.2f s, spacing now %.2f-%.2f s)", host, status, endpoint.label, gap, *band)
             return
@@ -183,7 +190,7 @@ class ThrottlePolicy:
         p.attribution.limited_elsewhere(self._foreign_signal(p, host).at)
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf,
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained,
         )
         # With no gap known (the endpoint's first request to the host) the slack measured nothing.
         evidence: dict[str, Any] = {
@@ -192,10 +199,13 @@ class ThrottlePolicy:
             "blame": verdict.blame, "why": verdict.why, "sent": round(sent, 3), "endpoint": endpoint.label,
         }
         changes: list[str] = []
-        if verdict.blame == PER_IP:
+        if verdict.blame == PER_IP and verdict.drained:
+            assert drained is not None
+            evidence["run_gap"] = round(drained.mean_gap, 4)
+            changes += self._raise_spacing(p, host, drained.mean_gap, now, probe=True, run=True)
+        elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
         else:
-            sent_at = now if granted_at is None else granted_at
             changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status)
             if not cfg.adaptive or gate.host(host).limit <= 1:
                 # Without adaptive mode a host-wide signal halves concurrency (once per
@@ -231,15 +241,18 @@ class ThrottlePolicy:
             self._report(p, host, old, "; ".join([f"challenge via {endpoint.label}", *changes]), evidence)
 
     def ok(self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None,
-           rate_held: bool = True) -> None:
-        """A clean answer from *host*: a step of each search, and after a clean window, of concurrency
-        (*rate_held*: the host rate held its request, see ``Lease.rate_held``)."""
+           rate_held: bool = True, endpoint: str | None = None) -> None:
+        """A clean answer from *host* (via the endpoint keyed *endpoint*): a step of each search, and
+        after a clean window, of concurrency (*rate_held*: the host rate held its request, see
+        ``Lease.rate_held``)."""
         cfg, now = self.config, self.clock()
         p = self._policy(host)
         old = self._snapshot(host)
         sent_at = now if granted_at is None else granted_at
         window = cfg.recovery_window
         p.spacing.clean(gap, now, window)
+        if endpoint is not None:
+            p.runs.clean(endpoint, gap, self.gate.host(host).delay[1])
         p.traffic.answer(True, now)
         sent = p.traffic.sent_rate(self.gate.host(host).grants, now)
         p.attribution.clean(sent, now, window, gap)
@@ -353,9 +366,11 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
-    def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False) -> list[str]:
+    def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False,
+                       run: bool = False) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
-        ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more)."""
+        ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more;
+        *run*: *gap* is the seconds per request an IP's run needed, see :mod:`~scrapy_polite.throttle.drain`)."""
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
@@ -363,6 +378,8 @@ class ThrottlePolicy:
         if band is None:
             return []
         self._set_delay(p, host, band)
+        if run:
+            return [f"spacing raised above the {gap:.2f} s a request the IP's run says its allowance needs"]
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
 
     def _set_delay(self, p: _HostPolicy, host: str, band: tuple[float, float]) -> None:

@@ -1,0 +1,87 @@
+"""Each exit IP's run of requests to one host since its last 429: the evidence a per-IP allowance leaves.
+
+A per-IP limit with no burst (nginx's ``limit_req`` without ``burst``) refuses a
+gap shorter than its interval, so the gap that drew a 429 bounds the limit. One
+with a burst (a token bucket; ``burst=N nodelay``) answers gaps far shorter than
+its interval until the burst is spent: the 429 then comes after a gap the IP was
+answered at moments before, and says nothing by itself. What does say where such
+a limit lies is the run: between two 429s on one IP the bucket went from empty to
+empty, so the IP's clean requests over that time are what its rate allows, give
+or take one: the time per clean request and one more is the least spacing that
+can drain nothing (per clean request, for a run from the IP's first request,
+whose bucket was full), and a long run narrows it down to the spacing that
+drains nothing.
+
+The time is the sum of the run's gaps, each measured from the IP's previous
+request to the host by anyone: a process sharing the pool with others
+(``POLITE_STATE``) sees some of an IP's requests, and its gaps are a sample of
+the IP's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: A clean request after a gap this many times the spacing band's upper end (and not the
+#: first after a 429, which waited out its Retry-After) ends a run: an IP that idled may have
+#: filled its bucket, and its run would count the tokens that went to waste.
+IDLE = 3.0
+
+
+@dataclass(slots=True)
+class _Run:
+    #: The clean requests since the IP's last 429 (or its first request to the host), the sum of
+    #: their gaps and the shortest of them.
+    clean: int = 0
+    gaps: float = 0.0
+    shortest: float = math.inf
+    #: Whether the run began at a 429 (its next request waited out a Retry-After), and whether
+    #: its bucket may have been full then (the IP's first request, or one after it idled).
+    after_limit: bool = False
+    full: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """An IP's run that ended in a 429."""
+
+    #: Seconds per request the run says the IP's allowance needs at least (see the module's docstring).
+    mean_gap: float
+    clean: int  #: clean requests in the run
+    shortest: float  #: the shortest gap answered cleanly in it
+    #: Whether the gap that drew the 429 was shorter than every clean one in the run: a limit on
+    #: the gap itself explains it, unless another IP was answered at a gap as short.
+    strict: bool
+
+
+class IpRuns:
+    """One host's exit IPs, each with its run since its last 429 (or its first request)."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self) -> None:
+        self.runs: dict[str, _Run] = {}
+
+    def clean(self, key: str, gap: float, band_hi: float) -> None:
+        """A clean answer to a request through the endpoint keyed *key*, sent *gap* after the IP's previous one."""
+        run = self.runs.get(key)
+        idle = math.isfinite(gap) and gap > IDLE * band_hi and not (run is not None and run.after_limit)
+        if run is None or not math.isfinite(gap) or idle:
+            # The IP's first request, or one after it idled: its bucket may be full, and the run starts here.
+            self.runs[key] = _Run(1, full=True)
+            return
+        run.clean += 1
+        run.gaps += gap
+        run.shortest = min(run.shortest, gap)
+        run.after_limit = False
+
+    def limited(self, key: str, gap: float) -> Drained | None:
+        """A 429 to a request through *key* sent *gap* after the IP's previous one: the run it ended
+        (``None``: none known, or no gap). The IP's next run starts here."""
+        run = self.runs.get(key)
+        self.runs[key] = _Run(after_limit=True)
+        if run is None or run.clean <= 0 or not math.isfinite(gap):
+            return None
+        # r * time = clean + tokens at the 429 - tokens at the start (< 1, and >= 0 or >= 1 when full).
+        return Drained((run.gaps + gap) / (run.clean + (not run.full)), run.clean, run.shortest, gap < run.shortest)
