@@ -1469,3 +1469,16 @@ def test_a_per_ip_limit_with_no_burst_is_found_from_its_gaps_as_before() -> None
     assert not any("allowance spent" in c[4].get("why", "") for c in changes)
     assert limited < 0.03 * ok and ok > 0.9 * 240 * len(gate.endpoints)
 
+
+
+@pytest.mark.parametrize(("retry_after", "burst", "rate"), [(10.0, 10, 1.0), (5.0, 3, 1.0), (10.0, 3, 0.5), (2.0, 10, 0.5)])
+def test_a_per_ip_token_bucket_is_held_under_whatever_its_burst_rate_and_retry_after(
+    retry_after: float, burst: int, rate: float
+) -> None:
+    # Each 429 costs its IP the Retry-After, during which its bucket refills (up to its burst): the runs
+    # between two 429s count that wait, as the bucket does.
+    p, gate, ft, _ = policy(True)
+    ok, limited, _ = _bucket_crawl(p, gate, ft, 240.0, burst=burst, rate=rate, retry_after=retry_after)
+    assert ok > 0.85 * 240 * len(gate.endpoints) * rate
+    assert limited < 0.04 * (ok + limited)
+    assert 0.9 / rate <= gate.host("a").delay[0] <= 1.15 / rate
