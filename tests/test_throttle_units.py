@@ -1374,9 +1374,10 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs.clean("e1", math.inf, 1.6)  # the IP's first request: its bucket is full, the run starts
     for _ in range(4):
         runs.clean("e1", 0.4, 1.6)
-    # Failed at a gap it was answered at: five requests in 2.0 s, a 0.40 s pace its allowance did not keep up with.
+    # Failed at a gap it was answered at: five clean requests in 2.0 s from a full bucket of two tokens at
+    # least (one of one answers no gap as short as one it refuses): at least 0.5 s a request.
     drained = runs.limited("e1", 0.4)
-    assert drained is not None and drained.clean == 5 and drained.mean_gap == pytest.approx(0.4)
+    assert drained is not None and drained.clean == 5 and drained.mean_gap == pytest.approx(0.5)
     assert not drained.strict
     # The next run starts at that 429: its Retry-After wait counts (the bucket refilled meanwhile), and ends
     # no run. Two clean requests over 3.2 s, then a 429 at a gap it was answered at: its bucket went from
@@ -1395,8 +1396,16 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs.clean("e1", 19.0, 1.6)
     runs.clean("e1", 0.5, 1.6)
     drained = runs.limited("e1", 0.5)
-    assert drained is not None and drained.clean == 2 and drained.mean_gap == pytest.approx(0.5)
+    assert drained is not None and drained.clean == 2 and drained.mean_gap == pytest.approx(1.0)
     assert runs.limited("e2", 0.5) is None
+    # A short run at the spacing in force says nothing of an allowance: a host-wide limit ends such runs on
+    # any IP. Well faster than the spacing in force, it is one the spacing let run short.
+    runs.clean("e1", 2.0, 1.6)
+    runs.clean("e1", 2.1, 1.6)
+    assert runs.limited("e1", 2.1, band_lo=2.0) is None
+    runs.clean("e1", 2.0, 1.6)
+    runs.clean("e1", 2.1, 1.6)
+    assert runs.limited("e1", 2.1, band_lo=1.0) is not None
 
 
 def test_a_429_after_an_ips_run_held_by_its_spacing_points_at_the_ip_and_one_not_held_is_weighed_as_before() -> None:
@@ -1419,10 +1428,12 @@ def test_a_429_after_an_ips_run_held_by_its_spacing_points_at_the_ip_and_one_not
 
 
 def _bucket_crawl(p: ThrottlePolicy, gate, ft, seconds: float, burst: int, rate: float = 1.0,
-                  latency: float = 0.1, retry_after: float = 2.0) -> tuple[int, int, list[str]]:
-    """Requests through *gate* to a site that keeps a token bucket per exit IP (the sandbox's own), answered
-    *latency* after they go, every answer to *p*. Returns the clean answers, the 429s and each 429's blame."""
-    buckets = {key: TokenBucket(rate, burst, clock=ft.clock) for key in gate.endpoints}
+                  latency: float = 0.1, retry_after: float = 2.0, host_wide: bool = False) -> tuple[int, int, list[str]]:
+    """Requests through *gate* to a site that keeps a token bucket per exit IP (*host_wide*: one for the
+    host; the sandbox's own), answered *latency* after they go, every answer to *p*. Returns the clean
+    answers, the 429s and each 429's blame."""
+    shared = TokenBucket(rate, burst, clock=ft.clock)
+    buckets = {key: shared if host_wide else TokenBucket(rate, burst, clock=ft.clock) for key in gate.endpoints}
     counts, blames = [0, 0], []
 
     def go() -> None:
@@ -1481,4 +1492,16 @@ def test_a_per_ip_token_bucket_is_held_under_whatever_its_burst_rate_and_retry_a
     ok, limited, _ = _bucket_crawl(p, gate, ft, 240.0, burst=burst, rate=rate, retry_after=retry_after)
     assert ok > 0.85 * 240 * len(gate.endpoints) * rate
     assert limited < 0.04 * (ok + limited)
-    assert 0.9 / rate <= gate.host("a").delay[0] <= 1.15 / rate
+    assert 0.85 / rate <= gate.host("a").delay[0] <= 1.15 / rate  # a clean window's probe may be under way
+
+
+@pytest.mark.parametrize(("adaptive", "burst", "rate"), [(True, 20, 4.0), (False, 10, 3.0)])
+def test_a_host_wide_token_bucket_is_not_taken_for_spent_ips(adaptive: bool, burst: int, rate: float) -> None:
+    # One bucket for the host: its 429s end the IPs' runs at any pace. The runs that say an IP spent an
+    # allowance raise the spacing to what the pool may send, not past it; the short ones at the spacing
+    # in force say nothing.
+    p, gate, ft, _ = policy(adaptive)
+    ok, limited, _ = _bucket_crawl(p, gate, ft, 120.0, burst=burst, rate=rate, host_wide=True)
+    assert ok > 0.9 * 120 * rate
+    assert limited < 0.04 * (ok + limited)
+    assert gate.host("a").delay[0] < 1.2 * len(gate.endpoints) / rate

@@ -8,9 +8,10 @@ answered at moments before, and says nothing by itself. What does say where such
 a limit lies is the run: between two 429s on one IP the bucket went from empty to
 empty, so the IP's clean requests over that time are what its rate allows, give
 or take one: the time per clean request and one more is the least spacing that
-can drain nothing (per clean request, for a run from the IP's first request,
-whose bucket was full), and a long run narrows it down to the spacing that
-drains nothing.
+can drain nothing, and a long run narrows it down to the spacing that drains
+nothing. A run from the IP's first request began with a full bucket, at least
+two tokens when it was answered at a gap as short as the one it was refused at:
+the time per clean request but one.
 
 The time is the sum of the run's gaps, each measured from the IP's previous
 request to the host by anyone: a process sharing the pool with others
@@ -27,6 +28,13 @@ from dataclasses import dataclass
 #: first after a 429, which waited out its Retry-After) ends a run: an IP that idled may have
 #: filled its bucket, and its run would count the tokens that went to waste.
 IDLE = 3.0
+#: A run of fewer clean requests, at a pace within ``AT_BAND`` of the spacing in force, says nothing
+#: of a per-IP allowance: a host-wide limit ends runs that short on any IP, however far apart its
+#: requests, and each raise to what such a run says creeps the spacing up a few percent while the
+#: host's total rate stays past its limit. (A short run well faster than the spacing in force is one
+#: the spacing let run short: a per-IP allowance with a Retry-After shorter than its refill.)
+MIN_RUN = 3
+AT_BAND = 0.1
 
 
 @dataclass(slots=True)
@@ -76,12 +84,20 @@ class IpRuns:
         run.shortest = min(run.shortest, gap)
         run.after_limit = False
 
-    def limited(self, key: str, gap: float) -> Drained | None:
-        """A 429 to a request through *key* sent *gap* after the IP's previous one: the run it ended
-        (``None``: none known, or no gap). The IP's next run starts here."""
+    def limited(self, key: str, gap: float, band_lo: float = 0.0) -> Drained | None:
+        """A 429 to a request through *key* sent *gap* after the IP's previous one, with the spacing in
+        force from *band_lo*: the run it ended (``None``: none known, no gap, or too short to say
+        anything, see ``MIN_RUN``). The IP's next run starts here."""
         run = self.runs.get(key)
         self.runs[key] = _Run(after_limit=True)
         if run is None or run.clean <= 0 or not math.isfinite(gap):
             return None
-        # r * time = clean + tokens at the 429 - tokens at the start (< 1, and >= 0 or >= 1 when full).
-        return Drained((run.gaps + gap) / (run.clean + (not run.full)), run.clean, run.shortest, gap < run.shortest)
+        # r * time = clean + tokens at the 429 - tokens at the start: the first is under 1, the second at
+        # least 0, or when the bucket was full its burst, one token or more, and two when a gap this short
+        # was answered (a bucket of one answers no gap as short as one it refuses).
+        strict = gap < run.shortest
+        spent = run.clean + (-int(not strict) if run.full else 1)
+        pace = (run.gaps + gap) / spent
+        if run.clean < MIN_RUN and pace <= band_lo * (1 + AT_BAND):
+            return None
+        return Drained(pace, run.clean, run.shortest, strict)

@@ -172,11 +172,11 @@ class ThrottlePolicy:
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
         sent_at = now if granted_at is None else granted_at
-        drained = p.runs.limited(endpoint.key, gap)
         # The requests a band too narrow sent before its raise come back limited together, on several
         # IPs within a moment: weighed again, they would look like a host-wide limit (unless the IP's
         # run, held by its spacing, says its allowance needs more than the raise gave).
         band = gate.host(host).delay
+        drained = p.runs.limited(endpoint.key, gap, band[0])
         short = (drained is None or drained.strict or not spacing_held(gap, slack)
                  or drained.mean_gap * (1 + MARGIN) <= band[0])
         if short and p.spacing.answered(gap, sent_at, band):
@@ -202,7 +202,8 @@ class ThrottlePolicy:
         if verdict.blame == PER_IP and verdict.drained:
             assert drained is not None
             evidence["run_gap"] = round(drained.mean_gap, 4)
-            changes += self._raise_spacing(p, host, drained.mean_gap, now, probe=True, run=True)
+            # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
+            changes += self._raise_spacing(p, host, max(drained.mean_gap, band[0]), now, probe=True, run=True)
         elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
         else:
