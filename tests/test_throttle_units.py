@@ -1377,7 +1377,7 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     # Failed at a gap it was answered at: five clean requests in 2.0 s from a full bucket of two tokens at
     # least (one of one answers no gap as short as one it refuses): at least 0.5 s a request.
     drained = runs.limited("e1", 0.4)
-    assert drained is not None and drained.clean == 5 and drained.mean_gap == pytest.approx(0.5)
+    assert drained is not None and drained.clean == 5 and drained.pace == pytest.approx(0.5)
     assert not drained.strict
     # The next run starts at that 429: its Retry-After wait counts (the bucket refilled meanwhile), and ends
     # no run. Two clean requests over 3.2 s, then a 429 at a gap it was answered at: its bucket went from
@@ -1385,7 +1385,7 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs.clean("e1", 2.0, 0.5)
     runs.clean("e1", 0.6, 0.5)
     drained = runs.limited("e1", 0.6)
-    assert drained is not None and drained.mean_gap == pytest.approx(3.2 / 3) and drained.shortest == pytest.approx(0.6)
+    assert drained is not None and drained.pace == pytest.approx(3.2 / 3) and drained.shortest == pytest.approx(0.6)
     # Failing at a gap shorter than every clean one in the run: a limit on the gap itself may explain it.
     runs.clean("e1", 2.0, 1.6)
     runs.clean("e1", 1.0, 1.6)
@@ -1396,7 +1396,7 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs.clean("e1", 19.0, 1.6)
     runs.clean("e1", 0.5, 1.6)
     drained = runs.limited("e1", 0.5)
-    assert drained is not None and drained.clean == 2 and drained.mean_gap == pytest.approx(1.0)
+    assert drained is not None and drained.clean == 2 and drained.pace == pytest.approx(1.0)
     assert runs.limited("e2", 0.5) is None
     # A short run at the spacing in force says nothing of an allowance: a host-wide limit ends such runs on
     # any IP. Well faster than the spacing in force, it is one the spacing let run short.

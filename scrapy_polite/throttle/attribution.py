@@ -15,7 +15,8 @@ The evidence that separates the two:
   first ones were answered at, the gap is what differs, not the rate;
 - **runs**: an IP held by its spacing whose gap was answered cleanly (on it
   since its last 429, or on another IP) spent a per-IP allowance (a burst):
-  the mean gap of its run says where that limit lies (:mod:`.drain`).
+  the time its run took per clean request bounds where that limit lies
+  (:mod:`.drain`).
 
 When both hypotheses have support, the cheaper remedy is tried first (the share
 of the host's throughput each would give up); the same IP limited again after
@@ -133,7 +134,7 @@ class Attribution:
             # under it).
             return Verdict(PER_IP, f"gaps down to {min(drained.shortest, shortest_clean):.2f} s answered cleanly, "
                                    f"limited after {drained.clean} clean requests: a per-IP allowance spent, "
-                                   f"which needs at least {drained.mean_gap:.2f} s a request", drained=True)
+                                   f"which needs at least {drained.pace:.2f} s a request", drained=True)
         if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)

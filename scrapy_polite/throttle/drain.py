@@ -5,8 +5,8 @@ gap shorter than its interval, so the gap that drew a 429 bounds the limit. One
 with a burst (a token bucket; ``burst=N nodelay``) answers gaps far shorter than
 its interval until the burst is spent: the 429 then comes after a gap the IP was
 answered at moments before, and says nothing by itself. What does say where such
-a limit lies is the run: between two 429s on one IP the bucket went from empty to
-empty, so the IP's clean requests over that time are what its rate allows, give
+a limit lies is the run: between two 429s on one IP the bucket went from under a
+token to under a token, so the IP's clean requests over that time are what its rate allows, give
 or take one: the time per clean request and one more is the least spacing that
 can drain nothing, and a long run narrows it down to the spacing that drains
 nothing. A run from the IP's first request began with a full bucket, at least
@@ -55,7 +55,7 @@ class Drained:
     """An IP's run that ended in a 429."""
 
     #: Seconds per request the run says the IP's allowance needs at least (see the module's docstring).
-    mean_gap: float
+    pace: float
     clean: int  #: clean requests in the run
     shortest: float  #: the shortest gap answered cleanly in it
     #: Whether the gap that drew the 429 was shorter than every clean one in the run: a limit on

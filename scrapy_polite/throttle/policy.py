@@ -178,7 +178,7 @@ class ThrottlePolicy:
         band = gate.host(host).delay
         drained = p.runs.limited(endpoint.key, gap, band[0])
         short = (drained is None or drained.strict or not spacing_held(gap, slack)
-                 or drained.mean_gap * (1 + MARGIN) <= band[0])
+                 or drained.pace * (1 + MARGIN) <= band[0])
         if short and p.spacing.answered(gap, sent_at, band):
             logger.debug("scrapy-polite: %s %s via %s answered for by the spacing raised since it was sent "
                          "(gap %.2f s, spacing now %.2f-%.2f s)", host, status, endpoint.label, gap, *band)
@@ -201,9 +201,9 @@ class ThrottlePolicy:
         changes: list[str] = []
         if verdict.blame == PER_IP and verdict.drained:
             assert drained is not None
-            evidence["run_gap"] = round(drained.mean_gap, 4)
+            evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
-            changes += self._raise_spacing(p, host, max(drained.mean_gap, band[0]), now, probe=True, run=True)
+            changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True)
         elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
         else:
