@@ -44,9 +44,9 @@ class _Run:
     clean: int = 0
     gaps: float = 0.0
     shortest: float = math.inf
-    #: Whether the run began at a 429 (its next request waited out a Retry-After), and whether
-    #: its bucket may have been full then (the IP's first request, or one after it idled).
-    after_limit: bool = False
+    #: Whether its bucket may have been full when it began (the IP's first request, or one after
+    #: it idled; such a run counts that request). One that began at a 429 counts none yet until
+    #: its first request, which waited out the Retry-After.
     full: bool = False
 
 
@@ -74,7 +74,8 @@ class IpRuns:
     def clean(self, key: str, gap: float, band_hi: float) -> None:
         """A clean answer to a request through the endpoint keyed *key*, sent *gap* after the IP's previous one."""
         run = self.runs.get(key)
-        idle = math.isfinite(gap) and gap > IDLE * band_hi and not (run is not None and run.after_limit)
+        after_limit = run is not None and run.clean == 0
+        idle = math.isfinite(gap) and gap > IDLE * band_hi and not after_limit
         if run is None or not math.isfinite(gap) or idle:
             # The IP's first request, or one after it idled: its bucket may be full, and the run starts here.
             self.runs[key] = _Run(1, full=True)
@@ -82,14 +83,13 @@ class IpRuns:
         run.clean += 1
         run.gaps += gap
         run.shortest = min(run.shortest, gap)
-        run.after_limit = False
 
     def limited(self, key: str, gap: float, band_lo: float = 0.0) -> Drained | None:
         """A 429 to a request through *key* sent *gap* after the IP's previous one, with the spacing in
         force from *band_lo*: the run it ended (``None``: none known, no gap, or too short to say
         anything, see ``MIN_RUN``). The IP's next run starts here."""
         run = self.runs.get(key)
-        self.runs[key] = _Run(after_limit=True)
+        self.runs[key] = _Run()
         if run is None or run.clean <= 0 or not math.isfinite(gap):
             return None
         # r * time = clean + tokens at the 429 - tokens at the start: the first is under 1, the second at

@@ -380,7 +380,8 @@ class ThrottlePolicy:
             return []
         self._set_delay(p, host, band)
         if run:
-            return [f"spacing raised above the {gap:.2f} s a request the IP's run says its allowance needs"]
+            return [f"spacing raised above {gap:.2f} s a request, the least the IP's run and the spacing that "
+                    "failed leave its allowance"]
         return [f"spacing raised above the {gap:.2f} s gap that drew it"]
 
     def _set_delay(self, p: _HostPolicy, host: str, band: tuple[float, float]) -> None:
