@@ -39,7 +39,7 @@ HARD_MARGIN = 25.0
 GATEWAY_SESSIONS = 10
 POLITE = ("polite-defaults", "polite-adaptive")
 #: Scenarios where adaptive mode must reach 0.90 of the physical limit.
-ADAPTIVE_TARGETS = ("per-ip", "host-cap", "shifting", "multi-host", "both-bind", "bursty")
+ADAPTIVE_TARGETS = ("per-ip", "host-cap", "host-cap-fast", "shifting", "multi-host", "both-bind", "bursty")
 
 
 def rotating_proxies_problem() -> str | None:

@@ -89,6 +89,16 @@ def build(quick: bool) -> list[Scenario]:
         limit_note="host_rate 3 req/s", limit_steps=[(0.0, 3.0)],
     ))
 
+    pages = 150 if q else 720
+    out.append(Scenario(
+        "host-cap-fast", "10 req/s for the whole host (burst 1), above what POLITE_DELAY's spacing sends, "
+                         "latency 40-160 ms, 8 proxies",
+        SandboxConfig(sites=[_site(pages=pages, host_rate=10.0, host_burst=1, latency=[0.04, 0.16], retry_after=2)],
+                      proxies=ProxyConfig(count=n, gateway=False)),
+        time_limit=25 if q else 120, page_budget=_catalogue_pages(pages),
+        limit_note="host_rate 10 req/s", limit_steps=[(0.0, 10.0)],
+    ))
+
     drop, rise, end = (8.0, 16.0, 40.0) if q else (20.0, 40.0, 90.0)
     out.append(Scenario(
         "shifting", f"host cap 6 -> 2 req/s at {drop:g} s -> 6 at {rise:g} s (set by the runner)",

@@ -19,7 +19,7 @@ from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_fi
 from scrapy_polite.settings.config import PoliteConfig
 from scrapy_polite.throttle.extension import _crawl_delay
 from scrapy_polite.throttle.policy import ThrottlePolicy
-from scrapy_polite.throttle.spacing import MARGIN
+from scrapy_polite.throttle.spacing import CLOSE, MARGIN
 from scrapy_polite.throttle.spacing import STEP as SPACING_STEP
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
@@ -398,10 +398,10 @@ def test_host_rate_steps_down_further_with_each_signal_in_a_row_and_reprobes_soo
     for streak in range(1, 5):
         ft.advance(0.5)
         policy.rate_limited("a", eps[streak], 2.0, granted_at=ft.now)
-        if streak > 1:  # nothing clean since the last signal: each step is the square of the last
-            expected = max(expected * 0.5, expected / 1.1 ** (2 ** (streak - 1)))
+        if streak > 1:  # nothing clean since the last signal: each step four times the steps of the last
+            expected = max(expected * 0.5, expected / 1.1 ** (4 ** (streak - 1)))
         assert rate(gate) == pytest.approx(expected)
-    assert expected == pytest.approx(top / 1.25 / 1.1 ** 2 / 1.1 ** 4 * 0.5)
+    assert expected == pytest.approx(top / 1.25 / 1.1 ** 4 * 0.5 * 0.5)
     for _ in range(10):  # climbs back to one step below the last failure, then holds
         ft.advance(0.5)
         policy.ok("a", 200, granted_at=ft.now)
@@ -538,7 +538,8 @@ def test_adaptive_spacing_narrows_once_per_spacing_and_stops_above_the_failing_g
         ft.advance(1.5)
         policy.ok("a", 200, gap=1.2, granted_at=ft.now)
         assert gate.host("a").delay[0] >= 0.7 * (1 + MARGIN) - 1e-9
-    assert gate.host("a").delay[0] == pytest.approx(0.7 * (1 + MARGIN))
+    # Close above it (within 1 / CLOSE), where a step further gains a few percent for a likely 429.
+    assert 0.7 * (1 + MARGIN) <= gate.host("a").delay[0] <= 0.7 / CLOSE
 
 
 def test_defaults_never_go_below_the_configured_spacing_nor_set_a_rate_on_their_own() -> None:

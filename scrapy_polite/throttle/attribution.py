@@ -16,7 +16,10 @@ The evidence that separates the two:
 - **runs**: an IP held by its spacing whose gap was answered cleanly (on it
   since its last 429, or on another IP) spent a per-IP allowance (a burst):
   the time its run took per clean request bounds where that limit lies
-  (:mod:`.drain`).
+  (:mod:`.drain`), unless the host's own gap says otherwise: a request sent
+  closer after the host's previous clean one than any two clean ones ever
+  were is what a host-wide limit without a burst refuses, whatever the
+  IP's run (two IPs' spacings end together now and then, at any spacing).
 
 When both hypotheses have support, the cheaper remedy is tried first (the share
 of the host's throughput each would give up); the same IP limited again after
@@ -26,6 +29,7 @@ the host rate was cut points at the IP.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -49,6 +53,17 @@ MOMENT_ENDPOINTS = 2
 #: Clean answers with a known gap needed before a short gap not held by the
 #: spacing is taken for a per-IP limit on its own.
 MIN_CLEAN_GAPS = 8
+#: Host gaps between clean requests (not made by the host rate) needed before a
+#: shorter one tells a host-wide limit without a burst: under a per-IP limit the
+#: requests' host gaps fall at random, and one falls under the shortest of *k* about
+#: once in *k* + 1 429s.
+MIN_HOST_GAPS = 8
+#: Fewer are enough for a host gap shorter than all of them to make an IP's run say nothing: a
+#: raise for a run cannot be taken back, and the first 429s come after a few clean requests.
+MIN_HOST_GAPS_RUN = 3
+#: A host gap this share under the shortest answered one is refused: timers fire a
+#: little early or late, and a host rate in force spaces every request alike.
+HOST_GAP_MARGIN = 0.1
 #: Clean first requests (no gap) from this many IPs, and none limited, at a host rate
 #: within ``RATE_BELOW`` of a failure's (the rate sent, measured over seconds, lags a
 #: climb), make the failure's gap the difference, unless a raise above it would give up
@@ -76,12 +91,16 @@ class Verdict:
     ambiguous: bool = False
     #: Blamed on the IP's run (a per-IP allowance it spent), not on its last gap.
     drained: bool = False
+    #: The shortest host gap answered cleanly, when the request was sent closer after the host's
+    #: previous clean one: a host-wide limit without a burst answers every request that far apart.
+    spaced: float | None = None
 
 
 class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
-    __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous")
+    __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous",
+                 "clean_sent", "host_gaps", "host_gap_times")
 
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
@@ -93,14 +112,53 @@ class Attribution:
         self.first_clean: deque[tuple[float, float]] = deque()
         self.first_limited = -math.inf
         self.last_ambiguous: tuple[float, str] | None = None
+        #: When the clean answers' requests went (any IP), in order, with whether the host rate held
+        #: each; and (time, gap) of the host gaps between two of them in a row that the host rate did
+        #: not make (it spaces requests itself, whatever the limit), gaps increasing (the shortest first).
+        self.clean_sent: list[tuple[float, bool]] = []
+        self.host_gaps: deque[tuple[float, float]] = deque()
+        #: When each of those gaps was seen, to count them.
+        self.host_gap_times: deque[tuple[float]] = deque()
 
-    def clean(self, sent: float, now: float, window: float, gap: float = math.inf) -> None:
+    def clean(self, sent: float, now: float, window: float, gap: float = math.inf,
+              granted_at: float | None = None, rate_held: bool = False) -> None:
         self.clean_rates.append((now, sent))
         if math.isfinite(gap):
             self.clean_gaps.append((now, gap))
         else:
             self.first_clean.append((now, sent))
         self._expire(now, window)
+        if granted_at is not None:
+            self._clean_sent(granted_at, rate_held, now)
+
+    def _clean_sent(self, at: float, held: bool, now: float) -> None:
+        """A clean answer's request went at *at* (*held*: by the host rate): the host answered the gaps to
+        its neighbours (answers come back out of order, so the one after it may already be known)."""
+        lst = self.clean_sent
+        i = bisect_left(lst, (at,))
+        pairs = [(at - lst[i - 1][0], held)] if i else []
+        if i < len(lst):
+            pairs.append((lst[i][0] - at, lst[i][1]))
+        for gap, rate_made in pairs:
+            if not rate_made:
+                while self.host_gaps and self.host_gaps[-1][1] >= gap:
+                    self.host_gaps.pop()
+                self.host_gaps.append((now, gap))
+                self.host_gap_times.append((now,))
+        lst.insert(i, (at, held))
+
+    def refused_host_gap(self, at: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS
+                         ) -> float | None:
+        """The host gap of a limited request that went at *at*, when shorter than any two clean requests
+        in a row had (by *margin* of it), out of *least* of them at least (``None``: not, or not known):
+        a host-wide limit without a burst refuses such a gap and answers every longer one."""
+        if at is None or len(self.host_gap_times) < least:
+            return None
+        i = bisect_left(self.clean_sent, (at,))
+        if not i:
+            return None
+        gap = at - self.clean_sent[i - 1][0]
+        return gap if gap < self.host_gaps[0][1] * (1 - margin) else None
 
     def limited_elsewhere(self, at: float) -> None:
         """Another process sharing the host got a host-wide signal at *at*: for all this one
@@ -108,18 +166,23 @@ class Attribution:
         self.first_limited = max(self.first_limited, at)
 
     def _expire(self, now: float, window: float) -> None:
-        for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean):
+        for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean, self.host_gaps, self.host_gap_times):
             while q and q[0][0] < now - window:
                 q.popleft()
+        del self.clean_sent[:bisect_left(self.clean_sent, (now - window,))]
 
     def decide(
         self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
         spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf, drained: Drained | None = None,
+        granted_at: float | None = None,
     ) -> Verdict:
         """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives
         up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind;
-        *drained*: the run the IP's 429 ended)."""
+        *drained*: the run the IP's 429 ended; *granted_at*: when its request went)."""
         self._expire(now, window)
+        # Refused as a host-wide limit without a burst would (no allowance of the IP's explains it), and
+        # clearly so (the host's doing, whatever else).
+        host_gap, refused = self.refused_host_gap(granted_at, 0.0, MIN_HOST_GAPS_RUN), self.refused_host_gap(granted_at)
         repeats = sum(k == endpoint for _, k in self.limited)
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
         self.limited.append((now, endpoint))
@@ -127,7 +190,7 @@ class Attribution:
             self.first_limited = now
             return Verdict(HOST, "no gap known for the endpoint")
         held = spacing_held(gap, slack)
-        if drained is not None and held and (not drained.strict or gap >= shortest_clean):
+        if drained is not None and held and (not drained.strict or gap >= shortest_clean) and host_gap is None:
             # The IP went as fast as its spacing let it, at a gap answered cleanly (on it or on another
             # IP), and then was not: an allowance it spent. The run's pace is what it allows (a host-wide
             # limit met this way is one the pool's spacing crossed: the same raise brings the pool back
@@ -135,6 +198,20 @@ class Attribution:
             return Verdict(PER_IP, f"gaps down to {min(drained.shortest, shortest_clean):.2f} s answered cleanly, "
                                    f"limited after {drained.clean} clean requests: a per-IP allowance spent, "
                                    f"which needs at least {drained.pace:.2f} s a request", drained=True)
+        if refused is not None and (held or gap >= shortest_clean):
+            # Closer after the host's last clean request than any two clean ones in a row: the host's doing
+            # when a gap as short as the IP's was answered; else the IP's gap, the shortest yet, says as
+            # much, and the cheaper remedy goes first.
+            answered = self.host_gaps[0][1]
+            host_side = (f"sent {refused:.2f} s after the host's last clean request, closer than any two clean "
+                         f"ones ({answered:.2f} s)")
+            if gap >= shortest_clean:
+                return Verdict(HOST, host_side, spaced=answered)
+            verdict = self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
+                                    "shorter than every clean gap", host_side)
+            if verdict.blame == HOST:
+                verdict.spaced = answered
+            return verdict
         if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)

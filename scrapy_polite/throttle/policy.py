@@ -190,7 +190,7 @@ class ThrottlePolicy:
         p.attribution.limited_elsewhere(self._foreign_signal(p, host).at)
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained,
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, self._host_sent(granted_at),
         )
         # With no gap known (the endpoint's first request to the host) the slack measured nothing.
         evidence: dict[str, Any] = {
@@ -203,11 +203,14 @@ class ThrottlePolicy:
             assert drained is not None
             evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
-            changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True)
+            changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True,
+                                           sent_at=self._host_sent(granted_at))
         elif verdict.blame == PER_IP:
-            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous)
+            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=self._host_sent(granted_at))
         else:
-            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status)
+            if verdict.spaced is not None:
+                changes += self._take_back_raise(p, host)
+            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status, verdict.spaced)
             if not cfg.adaptive or gate.host(host).limit <= 1:
                 # Without adaptive mode a host-wide signal halves concurrency (once per
                 # recovery window: a burst of 429s is one signal); a per-IP one never does.
@@ -256,7 +259,7 @@ class ThrottlePolicy:
             p.runs.clean(endpoint, gap, self.gate.host(host).delay[1])
         p.traffic.answer(True, now)
         sent = p.traffic.sent_rate(self.gate.host(host).grants, now)
-        p.attribution.clean(sent, now, window, gap)
+        p.attribution.clean(sent, now, window, gap, self._host_sent(granted_at), rate_held)
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
         changes: list[str] = []
@@ -351,6 +354,11 @@ class ThrottlePolicy:
         h = self.gate.host(host)
         return {"concurrency": h.limit, "delay": h.delay, "interval": h.interval, "paused_until": h.paused_until}
 
+    def _host_sent(self, granted_at: float | None) -> float | None:
+        """When a request went, for the host's gaps between requests (``None`` in a fleet: this process
+        sees only its own, and the gaps between them are not the host's)."""
+        return None if self.gate.shared else granted_at
+
     def _costs(self, host: str, sent: float, spacing: float) -> tuple[float, float]:
         """The share of the host's throughput raising the spacing to *spacing* and a host-rate cut would give up."""
         h = self.gate.host(host)
@@ -367,15 +375,28 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
+    def _take_back_raise(self, p: _HostPolicy, host: str) -> list[str]:
+        """A host-wide limit without a burst is met: the last spacing raise goes too when its 429 came at
+        a host gap that limit refuses (the first 429 of a crawl comes before any host gap is known)."""
+        last = p.spacing.raised_for
+        if last is None or p.attribution.refused_host_gap(last[0]) is None:
+            return []
+        band = p.spacing.taken_back()
+        current = self.gate.host(host).delay
+        if band is None or band[0] >= current[0]:
+            return []
+        self._set_delay(p, host, band)
+        return ["spacing back: the 429 that raised it came at a host gap the host refuses"]
+
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False,
-                       run: bool = False) -> list[str]:
+                       run: bool = False, sent_at: float | None = None) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
         ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more;
         *run*: *gap* is the seconds per request an IP's run needed, see :mod:`~scrapy_polite.throttle.drain`)."""
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
-                                reach=not probe)
+                                reach=not probe, sent_at=sent_at)
         if band is None:
             return []
         self._set_delay(p, host, band)
@@ -413,7 +434,7 @@ class ThrottlePolicy:
 
     def _host_signal(
         self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float,
-        status: int,
+        status: int, spaced: float | None = None,
     ) -> list[str]:
         """A signal not explained by the endpoint's spacing: the host's total rate."""
         cfg, gate = self.config, self.gate
@@ -428,7 +449,8 @@ class ThrottlePolicy:
         if sent_at >= p.rate.cut:  # else sent at a rate cut since: already answered for
             # The rate in effect: a host rate above what the pool sends at its spacing binds nothing.
             rate_in_force = min(1 / h.interval, self._pool_rate(h)) if h.interval > 0 else None
-            signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor, p.traffic.accepted(sent, rate_in_force))
+            signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor, p.traffic.accepted(sent, rate_in_force),
+                            spaced)
             new = p.rate.limited(signal, now)
             if new is not KEEP:
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 Searched as TCP searches a window: a step up per clean answer sent at the current
 rate, back to the clean rate it climbed from on a signal (or a step down that
-doubles with each signal in a row), then a hold one step below the rate that
+grows fourfold with each signal in a row), then a hold one step below the rate that
 failed before a probe one step past it. A probe that finds the same ceiling
 doubles the next hold (re-probing rarely); a limit seen to fall under where it
 was keeps it short for a few probes (a limit that fell may come back).
@@ -51,9 +51,15 @@ RISEN = (1 + STEP) * (1 + STEP / 2)
 #: Signals less than this many seconds apart are one run: a clean answer between
 #: them neither ends the run (each signal steps down further) nor climbs.
 RUN = 0.4
-#: Each signal of a run steps down twice as far as the one before, up to this many doublings (a
-#: cut of 1.1 ** 64, past any ``POLITE_BACKOFF_FACTOR``'s floor).
+#: Each signal of a run steps down ``RUN_GROWTH`` times as many steps as the one before (1, 4, 16:
+#: a limit that fell to a third is under the rate by a run's third signal, not its fifth, and each
+#: signal of a run is a 429), up to ``2 ** RUN_STEPS`` steps (a cut of 1.1 ** 64, past any
+#: ``POLITE_BACKOFF_FACTOR``'s floor).
+RUN_GROWTH = 4
 RUN_STEPS = 6
+#: A host rate set from the shortest host gap answered cleanly (``Signal.spaced``) spaces requests
+#: this share further apart (timers fire a little early or late).
+SPACED = 0.03
 
 
 class _Keep:
@@ -75,6 +81,9 @@ class Signal:
     backoff: float  #: POLITE_BACKOFF_FACTOR
     #: What the host took of ``sent`` when many recent answers failed (``Traffic.accepted``).
     accepted: float | None = None
+    #: The shortest host gap answered cleanly, when the signal's was shorter (``Verdict.spaced``): a
+    #: host-wide limit without a burst answers every request that far apart.
+    spaced: float | None = None
 
 
 #: How a failure moved a :class:`Ceiling`: under a slow start's overshoot it found the limit, or
@@ -291,7 +300,7 @@ class RateSearch:
             else:
                 # Capped: past the deepest cut (``backoff``) a longer run changes nothing, and 1.1 ** 2 ** 13
                 # overflows.
-                new = s.rate / (1 + STEP) ** (2 ** min(self.fail_streak - 1, RUN_STEPS))
+                new = s.rate / (1 + STEP) ** min(RUN_GROWTH ** (self.fail_streak - 1), 2 ** RUN_STEPS)
             failed = s.rate
             if accepted is not None and accepted < new:
                 new = max(accepted, s.rate * s.backoff)
@@ -304,8 +313,17 @@ class RateSearch:
             level = self.ceiling.level
             failed = s.sent if level is None else min(s.sent, level)
             new = max(failed / (1 + STEP) if level is not None else 0.0, s.sent * s.backoff)
+        elif s.spaced is not None:
+            # No host rate in force, and a request refused closer after another than any two answered:
+            # the host's requests spaced as far apart as those were (then climbing past it, as after a
+            # burst), and no further under the rate sent than a step (few gaps seen, the shortest is long).
+            new = max(1 / (s.spaced * (1 + SPACED)), s.sent / (1 + STEP))
+            failed = new * (1 + STEP)
         else:
             return KEEP
+        if s.spaced is not None and s.rate is not None:
+            # Requests as far apart as the shortest answered gap go through: no deeper a cut than that.
+            new = max(new, min(1 / (s.spaced * (1 + SPACED)), s.rate))
         self.met = (failed, s.rate is not None)
         if s.rate is None:
             self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is

@@ -28,6 +28,11 @@ STEP = 0.8
 BISECT_STEP = 0.95
 JITTER_STEP = 0.5
 MIN_JITTER = 0.03
+#: A band whose low edge is at most ``1 / CLOSE`` of the longest failing gap is at least this share
+#: of any limit between the two: the narrowing stops there (only the jitter narrows). A step under
+#: it gains a few percent at most, and costs a 429 whenever it crosses the limit, which a
+#: bisection's last steps do about half the time.
+CLOSE = 0.9
 #: Adaptive mode holds the band this many seconds after a raise before narrowing again,
 #: doubled with each narrowing that drew a raise since the last clean window (up to the
 #: window): a narrowing that crosses a per-IP limit costs a 429 on each IP that sends before
@@ -52,7 +57,7 @@ class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
     __slots__ = ("bad_gap", "changed", "raised_at", "raises", "streak", "clean_gaps", "seen", "let_go",
-                 "confirmed", "windows")
+                 "confirmed", "windows", "raised_for")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
@@ -72,6 +77,9 @@ class SpacingEstimator:
         self.let_go = 0.0
         self.confirmed = 0
         self.windows = 0
+        #: The last raise: when the request that drew it went, and the longest failing gap and the
+        #: band before it (``None``: none, or taken back).
+        self.raised_for: tuple[float, float, Band] | None = None
 
     def follow(self, band: Band, since: float) -> bool:
         """The band in force is *band*, in force here *since* then: when another process moved
@@ -129,9 +137,10 @@ class SpacingEstimator:
         return gap * (1 + MARGIN)
 
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
-               reach: bool = True) -> Band | None:
+               reach: bool = True, sent_at: float | None = None) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
-        see :meth:`target`)."""
+        see :meth:`target`; *sent_at*: when the request that failed went)."""
+        before = self.bad_gap
         self._failed(gap)
         lo, hi = band
         new_lo = min(self.target(gap, now, window, reach, back=adaptive), ceiling)
@@ -143,7 +152,23 @@ class SpacingEstimator:
         self.changed = self.raised_at = now
         self.raises += self.streak == 0
         self.streak += 1
+        self.raised_for = None if sent_at is None else (sent_at, before, band)
         return (new_lo, new_hi)
+
+    def taken_back(self) -> Band | None:
+        """The last raise was the host's doing, not a per-IP limit's (its request was refused at a host
+        gap a host-wide limit refuses): its failing gap goes, and the band before it is returned
+        (``None``: no raise to take back). A raise that stays bounds the narrowing for a window, and a
+        wrong one costs the pool up to half the host's rate meanwhile."""
+        if self.raised_for is None:
+            return None
+        _, self.bad_gap, band = self.raised_for
+        self.raised_for = None
+        self.streak = max(0, self.streak - 1)
+        self.raises = max(0, self.raises - 1)
+        if not self.raises:
+            self.raised_at = -math.inf
+        return band
 
     def answered(self, gap: float, sent_at: float, band: Band) -> bool:
         """Whether a signal after *gap*, whose request went at *sent_at*, is already answered for by a
@@ -163,8 +188,14 @@ class SpacingEstimator:
         if self.raises and now - self.raised_at < doubling(HOLD, self.raises - 1, window):
             return None
         lo, hi = band
-        # Without a failure known, a step down; with one, at least halfway to just above it.
-        step = lo * STEP if self.bad_gap <= 0 else min(lo * BISECT_STEP, (lo + floor) / 2)
+        # Without a failure known, a step down; with one, at least halfway to just above it, and
+        # none once close above it.
+        if self.bad_gap <= 0:
+            step = lo * STEP
+        elif lo * CLOSE <= self.bad_gap * (1 + 1e-9):
+            step = lo
+        else:
+            step = min(lo * BISECT_STEP, (lo + floor) / 2)
         new_lo = min(lo, max(floor, step))
         new_hi = new_lo + max(new_lo * MIN_JITTER, (hi - lo) * JITTER_STEP)
         if new_hi >= hi - 1e-6:
