@@ -38,6 +38,7 @@ from scrapy_polite.throttle.spacing import (
     HOLD,
     MARGIN,
     MIN_JITTER,
+    TAKE_BACK,
     SpacingEstimator,
 )
 from scrapy_polite.throttle.traffic import MIN_ANSWERS, Traffic
@@ -201,6 +202,22 @@ def test_a_gap_the_band_raised_since_no_longer_allows_is_answered_for_and_bounds
     assert not s.answered(band[0] + 0.01, 4.9, band)  # a gap the band allows
     assert not s.answered(0.47, 5.1, band)  # sent after the raise
     assert s.bad_gap == 0.47
+
+
+def test_raises_whose_429s_prove_the_hosts_are_taken_back_latest_first() -> None:
+    s = SpacingEstimator()
+    first = s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, sent_at=0.9)
+    second = s.raised(1.2, first, 10.0, True, 2.0, W, sent_at=1.9)
+    third = s.raised(1.5, second, 10.0, True, 3.0, W, sent_at=2.9)
+    assert third is not None and s.bad_gap == 1.5 and s.raises == 1
+    hosts = {1.9, 2.9}  # the host's doing: the last two (the first was an IP's)
+    assert s.taken_back(lambda at: at in hosts) == first  # the band before the second raise
+    assert s.bad_gap == 1.1 and [r[0] for r in s.raised_for] == [0.9]
+    assert s.taken_back(lambda at: at in hosts) is None  # nothing more to take back
+    # Only the last few raises are kept.
+    for i in range(TAKE_BACK + 2):
+        s.raised(2.0 + i, (1.0, 1.1), 10.0, True, 10.0 + i, W, sent_at=9.0 + i)
+    assert len(s.raised_for) == TAKE_BACK
 
 
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:

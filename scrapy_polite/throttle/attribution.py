@@ -58,6 +58,9 @@ MIN_CLEAN_GAPS = 8
 #: requests' host gaps fall at random, and one falls under the shortest of *k* about
 #: once in *k* + 1 429s.
 MIN_HOST_GAPS = 8
+#: Out of this many, a spacing raise whose 429 came at a shorter host gap is taken back, with no
+#: other signal needed (``ThrottlePolicy``).
+TAKE_BACK_GAPS = 16
 #: Fewer are enough for a host gap shorter than all of them to make an IP's run say nothing: a
 #: raise for a run cannot be taken back, and the first 429s come after a few clean requests.
 MIN_HOST_GAPS_RUN = 3
@@ -100,7 +103,7 @@ class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
     __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous",
-                 "clean_sent", "host_gaps", "host_gap_times")
+                 "clean_sent", "host_gaps", "host_gap_times", "spaced_at")
 
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
@@ -117,8 +120,9 @@ class Attribution:
         #: not make (it spaces requests itself, whatever the limit), gaps increasing (the shortest first).
         self.clean_sent: list[tuple[float, bool]] = []
         self.host_gaps: deque[tuple[float, float]] = deque()
-        #: When each of those gaps was seen, to count them.
+        #: When each of those gaps was seen, to count them; when a 429 last showed such a limit.
         self.host_gap_times: deque[tuple[float]] = deque()
+        self.spaced_at = -math.inf
 
     def clean(self, sent: float, now: float, window: float, gap: float = math.inf,
               granted_at: float | None = None, rate_held: bool = False) -> None:
@@ -206,11 +210,12 @@ class Attribution:
             host_side = (f"sent {refused:.2f} s after the host's last clean request, closer than any two clean "
                          f"ones ({answered:.2f} s)")
             if gap >= shortest_clean:
+                self.spaced_at = now
                 return Verdict(HOST, host_side, spaced=answered)
             verdict = self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
                                     "shorter than every clean gap", host_side)
             if verdict.blame == HOST:
-                verdict.spaced = answered
+                verdict.spaced, self.spaced_at = answered, now
             return verdict
         if gap >= shortest_clean:
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")

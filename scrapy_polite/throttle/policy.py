@@ -32,7 +32,14 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
-from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution, spacing_held
+from scrapy_polite.throttle.attribution import (
+    HOST,
+    MIN_HOST_GAPS,
+    PER_IP,
+    TAKE_BACK_GAPS,
+    Attribution,
+    spacing_held,
+)
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.drain import IpRuns
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
@@ -263,6 +270,8 @@ class ThrottlePolicy:
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
         changes: list[str] = []
+        if p.spacing.raised_for and now - p.attribution.spaced_at < window:
+            changes += self._take_back_raise(p, host, TAKE_BACK_GAPS)
         self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now, rate_held)
@@ -375,18 +384,18 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
-    def _take_back_raise(self, p: _HostPolicy, host: str) -> list[str]:
-        """A host-wide limit without a burst is met: the last spacing raise goes too when its 429 came at
-        a host gap that limit refuses (the first 429 of a crawl comes before any host gap is known)."""
-        last = p.spacing.raised_for
-        if last is None or p.attribution.refused_host_gap(last[0]) is None:
-            return []
-        band = p.spacing.taken_back()
+    def _take_back_raise(self, p: _HostPolicy, host: str, least: int = MIN_HOST_GAPS) -> list[str]:
+        """The last spacing raises go when their 429s came at host gaps a host-wide limit without a burst
+        refuses, as *least* host gaps between clean requests now show (the first 429s of a crawl come
+        before any host gap is known). Checked at each host-wide signal that shows such a limit, and,
+        within a window of one, at each clean answer out of more gaps (IPs in step send at host gaps
+        that drift, and an IP's 429 falls under the shortest by chance)."""
+        band = p.spacing.taken_back(lambda sent_at: p.attribution.refused_host_gap(sent_at, least=least) is not None)
         current = self.gate.host(host).delay
         if band is None or band[0] >= current[0]:
             return []
         self._set_delay(p, host, band)
-        return ["spacing back: the 429 that raised it came at a host gap the host refuses"]
+        return ["spacing back: the 429s that raised it came at host gaps the host refuses"]
 
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False,
                        run: bool = False, sent_at: float | None = None) -> list[str]:

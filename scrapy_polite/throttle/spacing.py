@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import same
@@ -46,6 +47,8 @@ BAD_GAP_DECAY = 0.85
 #: ``DECAY_WINDOWS`` (the narrowing a decay allows is a probe, a 429 while the limit stays).
 SAME_LIMIT = 0.05
 DECAY_WINDOWS = 4
+#: The raises kept to be taken back, should later evidence show their 429s were the host's.
+TAKE_BACK = 4
 #: Without adaptive mode, a clean window narrows raised spacing back toward
 #: ``POLITE_DELAY`` by this factor.
 SHRINK = 0.85
@@ -77,9 +80,9 @@ class SpacingEstimator:
         self.let_go = 0.0
         self.confirmed = 0
         self.windows = 0
-        #: The last raise: when the request that drew it went, and the longest failing gap and the
-        #: band before it (``None``: none, or taken back).
-        self.raised_for: tuple[float, float, Band] | None = None
+        #: The last few raises, oldest first: when the request that drew each went, and the longest
+        #: failing gap and the band before it.
+        self.raised_for: list[tuple[float, float, Band]] = []
 
     def follow(self, band: Band, since: float) -> bool:
         """The band in force is *band*, in force here *since* then: when another process moved
@@ -152,21 +155,21 @@ class SpacingEstimator:
         self.changed = self.raised_at = now
         self.raises += self.streak == 0
         self.streak += 1
-        self.raised_for = None if sent_at is None else (sent_at, before, band)
+        if sent_at is not None:
+            self.raised_for = [*self.raised_for[1 - TAKE_BACK:], (sent_at, before, band)]
         return (new_lo, new_hi)
 
-    def taken_back(self) -> Band | None:
-        """The last raise was the host's doing, not a per-IP limit's (its request was refused at a host
-        gap a host-wide limit refuses): its failing gap goes, and the band before it is returned
-        (``None``: no raise to take back). A raise that stays bounds the narrowing for a window, and a
+    def taken_back(self, hosts: Callable[[float], bool]) -> Band | None:
+        """The last raises whose requests *hosts* says were the host's doing, not a per-IP limit's (sent at
+        a host gap a host-wide limit refuses): their failing gaps go, and the band before the first of
+        them is returned (``None``: none). A raise that stays bounds the narrowing for a window, and a
         wrong one costs the pool up to half the host's rate meanwhile."""
-        if self.raised_for is None:
-            return None
-        _, self.bad_gap, band = self.raised_for
-        self.raised_for = None
-        self.streak = max(0, self.streak - 1)
-        self.raises = max(0, self.raises - 1)
-        if not self.raises:
+        band = None
+        while self.raised_for and hosts(self.raised_for[-1][0]):
+            _, self.bad_gap, band = self.raised_for.pop()
+            self.streak = max(0, self.streak - 1)
+            self.raises = max(0, self.raises - 1)
+        if band is not None and not self.raises:
             self.raised_at = -math.inf
         return band
 
