@@ -197,8 +197,8 @@ class Attribution:
         if drained is not None and held and (not drained.strict or gap >= shortest_clean) and host_gap is None:
             # The IP went as fast as its spacing let it, at a gap answered cleanly (on it or on another
             # IP), and then was not: an allowance it spent. The run's pace is what it allows (a host-wide
-            # limit met this way is one the pool's spacing crossed: the same raise brings the pool back
-            # under it).
+            # limit without a burst is told apart by the host's gap, above; one with a burst met this
+            # way is one the pool's spacing crossed, and the same raise brings the pool back under it).
             return Verdict(PER_IP, f"gaps down to {min(drained.shortest, shortest_clean):.2f} s answered cleanly, "
                                    f"limited after {drained.clean} clean requests: a per-IP allowance spent, "
                                    f"which needs at least {drained.pace:.2f} s a request", drained=True)
