@@ -121,7 +121,7 @@ class Attribution:
         self.clean_sent: list[tuple[float, bool]] = []
         self.host_gaps: deque[tuple[float, float]] = deque()
         #: When each of those gaps was seen, to count them; when a 429 last showed such a limit.
-        self.host_gap_times: deque[tuple[float]] = deque()
+        self.host_gap_times: deque[float] = deque()
         self.spaced_at = -math.inf
 
     def clean(self, sent: float, now: float, window: float, gap: float = math.inf,
@@ -148,7 +148,7 @@ class Attribution:
                 while self.host_gaps and self.host_gaps[-1][1] >= gap:
                     self.host_gaps.pop()
                 self.host_gaps.append((now, gap))
-                self.host_gap_times.append((now,))
+                self.host_gap_times.append(now)
         lst.insert(i, (at, held))
 
     def refused_host_gap(self, at: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS
@@ -170,9 +170,11 @@ class Attribution:
         self.first_limited = max(self.first_limited, at)
 
     def _expire(self, now: float, window: float) -> None:
-        for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean, self.host_gaps, self.host_gap_times):
+        for q in (self.limited, self.clean_rates, self.clean_gaps, self.first_clean, self.host_gaps):
             while q and q[0][0] < now - window:
                 q.popleft()
+        while self.host_gap_times and self.host_gap_times[0] < now - window:
+            self.host_gap_times.popleft()
         del self.clean_sent[:bisect_left(self.clean_sent, (now - window,))]
 
     def decide(

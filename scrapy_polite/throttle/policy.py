@@ -179,6 +179,7 @@ class ThrottlePolicy:
         cfg, gate, now = self.config, self.gate, self.clock()
         p, old, sent = self._signalled(host, endpoint, delay, now)
         sent_at = now if granted_at is None else granted_at
+        host_sent = self._host_sent(granted_at)
         # The requests a band too narrow sent before its raise come back limited together, on several
         # IPs within a moment: weighed again, they would look like a host-wide limit (unless the IP's
         # run, held by its spacing, says its allowance needs more than the raise gave).
@@ -197,7 +198,7 @@ class ThrottlePolicy:
         p.attribution.limited_elsewhere(self._foreign_signal(p, host).at)
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, self._host_sent(granted_at),
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, host_sent,
         )
         # With no gap known (the endpoint's first request to the host) the slack measured nothing.
         evidence: dict[str, Any] = {
@@ -211,9 +212,9 @@ class ThrottlePolicy:
             evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
             changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True,
-                                           sent_at=self._host_sent(granted_at))
+                                           sent_at=host_sent)
         elif verdict.blame == PER_IP:
-            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=self._host_sent(granted_at))
+            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent)
         else:
             if verdict.spaced is not None:
                 changes += self._take_back_raise(p, host)

@@ -293,6 +293,8 @@ class RateSearch:
         self.last_limited = now
         probe, self.probing = self.probing, False
         accepted = s.accepted
+        # Requests as far apart as the shortest answered host gap go through (``Signal.spaced``).
+        spaced = None if s.spaced is None else 1 / (s.spaced * (1 + SPACED))
         if s.rate is not None:
             self.fail_streak += 1
             if self.good is not None and self.good < s.rate:
@@ -313,17 +315,16 @@ class RateSearch:
             level = self.ceiling.level
             failed = s.sent if level is None else min(s.sent, level)
             new = max(failed / (1 + STEP) if level is not None else 0.0, s.sent * s.backoff)
-        elif s.spaced is not None:
+        elif spaced is not None:
             # No host rate in force, and a request refused closer after another than any two answered:
             # the host's requests spaced as far apart as those were (then climbing past it, as after a
             # burst), and no further under the rate sent than a step (few gaps seen, the shortest is long).
-            new = max(1 / (s.spaced * (1 + SPACED)), s.sent / (1 + STEP))
+            new = max(spaced, s.sent / (1 + STEP))
             failed = new * (1 + STEP)
         else:
             return KEEP
-        if s.spaced is not None and s.rate is not None:
-            # Requests as far apart as the shortest answered gap go through: no deeper a cut than that.
-            new = max(new, min(1 / (s.spaced * (1 + SPACED)), s.rate))
+        if spaced is not None and s.rate is not None:
+            new = max(new, min(spaced, s.rate))  # no deeper a cut than that
         self.met = (failed, s.rate is not None)
         if s.rate is None:
             self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is
