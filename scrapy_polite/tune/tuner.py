@@ -19,7 +19,8 @@ MIN_DELAY = 0.05
 MAX_DELAY_STEPS_UP = 4
 #: The change of the trial that tries the spacing the throttle settled on.
 THROTTLED = "POLITE_DELAY as throttled"
-#: That trial is kept unless slower than the best by more than this many times ``min_gain``.
+#: That trial is kept unless slower than the best by more than its wider spacing explains,
+#: and by more than this many times ``min_gain`` beyond that.
 THROTTLED_TOLERANCE = 3
 
 
@@ -212,8 +213,21 @@ class Tuner:
         assert self.best.result is not None
         best = self.best.result.pages_per_min
         if trial.change == THROTTLED:
-            return trial.result.pages_per_min >= best * (1 - THROTTLED_TOLERANCE * self.min_gain)
+            return trial.result.pages_per_min >= self._throttled_floor(trial)
         return trial.result.pages_per_min >= best * (1 + self.min_gain)
+
+    def _throttled_floor(self, trial: Trial) -> float:
+        """The pages/min under which the throttled spacing's trial is clearly slower than the best.
+
+        The best trial ran its first rounds at its own, narrower delay, until a 429 made its
+        throttle widen it; the throttled trial runs at the wider spacing from its first request.
+        In a short trial that alone makes it slower, by up to the ratio of the two spacings,
+        although a longer crawl of the best trial's settings would run at the same spacing
+        after its first 429s. Slower than that, by more than the tolerance, is clearly slower.
+        """
+        assert self.best is not None and self.best.result is not None
+        explained = min(1.0, _mean(self.best.settings.delay) / _mean(trial.settings.delay))
+        return self.best.result.pages_per_min * explained * (1 - THROTTLED_TOLERANCE * self.min_gain)
 
     def recommendation(self) -> Trial | None:
         """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
@@ -359,7 +373,10 @@ class Tuner:
         elif improved:
             trial.verdict = "best so far" if self.best is not None else "ok"
             if trial.change == THROTTLED:
-                trial.verdict = "as fast, gentler"
+                assert self.best is not None and self.best.result is not None
+                as_fast = result.pages_per_min >= self.best.result.pages_per_min * (
+                    1 - THROTTLED_TOLERANCE * self.min_gain)
+                trial.verdict = "as fast, gentler" if as_fast else "gentler, slower by its spacing"
         else:
             trial.verdict = "no gain"
         if improved:
@@ -410,6 +427,10 @@ def settings_lines(settings: TrialSettings, endpoint_concurrency: int) -> list[s
         f"POLITE_ENDPOINT_CONCURRENCY = {endpoint_concurrency}",
         f"POLITE_DELAY = ({_num(settings.delay[0])}, {_num(settings.delay[1])})",
     ]
+
+
+def _mean(delay: tuple[float, float]) -> float:
+    return (delay[0] + delay[1]) / 2
 
 
 def _num(x: float) -> str:
