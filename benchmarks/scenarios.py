@@ -56,7 +56,9 @@ class Scenario:
 
 
 def _site(**kw: Any) -> SiteConfig:
+    """A site that, as nginx's ``limit_req`` does, refuses at once (its 429s skip the upstream's latency)."""
     kw.setdefault("name", "a")
+    kw.setdefault("refuse_at_once", True)
     return SiteConfig(**kw)
 
 

@@ -125,6 +125,10 @@ def sb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
             ),
             SiteConfig(name="strikes", per_ip_rate=0.2, retry_after=1, strikes_to_block=2),
             SiteConfig(name="host", host_rate=1.0, host_burst=1, retry_after=1),
+            SiteConfig(name="nginx", host_rate=0.5, host_burst=1, retry_after=1, latency=[0.5, 0.5],
+                       refuse_at_once=True, strikes_to_block=None),
+            SiteConfig(name="upstream", host_rate=0.5, host_burst=1, retry_after=1, latency=[0.5, 0.5],
+                       strikes_to_block=None),
             SiteConfig(name="login"),
             SiteConfig(name="s503", per_ip_rate=0.2, rate_limited_status=503, strikes_to_block=None),
             SiteConfig(name="robots", per_ip_rate=0.01, robots_crawl_delay=2, strikes_to_block=None),
@@ -344,6 +348,19 @@ def test_host_cap_and_runtime_change(sb: Sandbox) -> None:
     time.sleep(0.1)
     statuses = [via(sb.proxy_urls[i], url)[0] for i in range(3)]
     assert statuses.count(429) >= 2
+
+
+@pytest.mark.parametrize("site", ["nginx", "upstream"])
+def test_refusals_answered_at_once_or_after_the_latency(sb: Sandbox, site: str) -> None:
+    # nginx's limit_req refuses before it proxies: its 429 skips the upstream's latency.
+    url = sb.site_url(site) + "/item/5"
+    took = []
+    for i in range(2):
+        t0 = time.monotonic()
+        took.append((via(sb.proxy_urls[i], url)[0], time.monotonic() - t0))
+    assert [status for status, _ in took] == [200, 429]
+    assert took[0][1] >= 0.5
+    assert (took[1][1] < 0.4) == (site == "nginx"), took
 
 
 def test_host_rate_schedule(sb: Sandbox) -> None:

@@ -211,9 +211,9 @@ def test_raises_whose_429s_prove_the_hosts_are_taken_back_latest_first() -> None
     third = s.raised(1.5, second, 10.0, True, 3.0, W, sent_at=2.9)
     assert third is not None and s.bad_gap == 1.5 and s.raises == 1
     hosts = {1.9, 2.9}  # the host's doing: the last two (the first was an IP's)
-    assert s.taken_back(lambda at: at in hosts) == first  # the band before the second raise
+    assert s.taken_back(lambda r: r.sent_at in hosts) == first  # the band before the second raise
     assert s.bad_gap == 1.1 and [r[0] for r in s.raised_for] == [0.9]
-    assert s.taken_back(lambda at: at in hosts) is None  # nothing more to take back
+    assert s.taken_back(lambda r: r.sent_at in hosts) is None  # nothing more to take back
     # Only the last few raises are kept.
     for i in range(TAKE_BACK + 2):
         s.raised(2.0 + i, (1.0, 1.1), 10.0, True, 10.0 + i, W, sent_at=9.0 + i)
@@ -772,6 +772,39 @@ def test_first_requests_clean_and_a_repeat_failing_at_their_rate_points_at_the_i
     assert d.first_limited == 1.4
     # Once out of the window, neither counts.
     assert a.decide("e3", 1.6, 0.4, math.inf, 5.0, 30.0, W, spacing_cost=0.3, rate_cost=0.09).blame == HOST
+
+
+def test_a_first_request_limited_with_one_the_first_requests_rule_blamed_on_its_ip_unfounds_the_blame() -> None:
+    # A 429 comes back before the pages asked for with it: the rule blamed an IP's gap while a first
+    # request sent at the same moment was still on its way to its 429. Once it is back, the rule had no
+    # ground (none limited, it says), and the raise it made is the one to take back.
+    a = Attribution()
+    for i in range(7):
+        a.clean(4.8, i * 0.2, W)
+    v = a.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09, granted_at=1.55)
+    assert v.blame == PER_IP and "first requests" in v.why
+    v = a.decide("e2", math.inf, math.inf, math.inf, 5.0, 1.61, W, granted_at=1.56)
+    assert v.blame == HOST and v.unfounded == (1.55,)
+    # Answered for once; a first request limited a while later says nothing of that blame.
+    assert a.decide("e3", math.inf, math.inf, math.inf, 5.0, 1.62, W, granted_at=1.57).unfounded == ()
+    b = Attribution()
+    for i in range(7):
+        b.clean(4.8, i * 0.2, W)
+    b.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09, granted_at=1.55)
+    assert b.decide("e2", math.inf, math.inf, math.inf, 5.0, 4.0, W, granted_at=3.9).unfounded == ()
+
+
+def test_a_first_request_limited_with_it_takes_back_the_raise_the_first_requests_rule_made() -> None:
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in list(gate.endpoints.values())[:8]]
+    for ep in eps[:7]:  # seven IPs' first requests, clean
+        p.ok("a", 200, endpoint=ep.key, granted_at=ft.now)
+        ft.advance(0.25)
+    before = gate.host("a").delay
+    p.rate_limited("a", eps[0], 2.0, gap=1.75, slack=0.5, granted_at=ft.now - 0.01)
+    assert gate.host("a").delay[0] > before[0] and "first requests" in changes[-1][4]["why"]
+    p.rate_limited("a", eps[7], 2.0, granted_at=ft.now - 0.01)  # the eighth IP's first request, sent with it
+    assert gate.host("a").delay == before and "spacing back" in changes[-1][3]
 
 
 def test_with_no_clean_gap_yet_a_held_request_is_per_ip_unless_the_raise_costs_more_than_a_rate_cut() -> None:
@@ -1440,6 +1473,17 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs.clean("e1", 2.0, 1.6)
     runs.clean("e1", 2.1, 1.6)
     assert runs.limited("e1", 2.1, band_lo=1.0) is not None
+    # A run of two from a full bucket (its first request and one at about the spacing), refused at a gap as
+    # long: it would say the allowance needs its whole time per clean request but one, twice the spacing.
+    # Sent at the spacing in force, it says nothing (a host-wide limit ends such runs too); sent well
+    # slower than the spacing in force, it says that.
+    runs.clean("e3", math.inf, 1.3)
+    runs.clean("e3", 0.97, 1.3)
+    assert runs.limited("e3", 1.19, band_lo=1.19) is None
+    runs.clean("e4", math.inf, 1.3)
+    runs.clean("e4", 0.97, 1.3)
+    drained = runs.limited("e4", 1.19, band_lo=0.8)
+    assert drained is not None and drained.pace == pytest.approx(2.16)
 
 
 def test_a_429_after_an_ips_run_held_by_its_spacing_points_at_the_ip_and_one_not_held_is_weighed_as_before() -> None:
@@ -1505,6 +1549,32 @@ def test_a_host_gap_shorter_than_any_two_clean_requests_had_is_the_hosts_not_an_
     assert a.clean_sent == [(1.5 + W, False)] and not a.host_gaps
 
 
+def test_a_request_unanswered_before_a_429_counts_for_its_host_gap() -> None:
+    # A site refuses before its upstream answers: a 429 is back before pages asked for just ahead of it.
+    a = Attribution()
+    for i in range(9):
+        a.clean(8.0, 1.0, W, gap=1.0, granted_at=i * 0.2)
+    assert a.host_gap(1.8) == pytest.approx(0.2) and not a.refuses(a.host_gap(1.8))
+    assert a.host_gap(1.8, pending=1.78) == pytest.approx(0.02) and a.refuses(a.host_gap(1.8, 1.78))
+    assert a.host_gap(1.8, pending=1.5) == pytest.approx(0.2)  # an older one unanswered: the clean one counts
+    assert a.host_gap(-1.0) is None and a.host_gap(None) is None and a.host_gap(-1.0, pending=-1.2) == pytest.approx(0.2)
+    assert not a.refuses(None)
+
+
+@pytest.mark.parametrize("latency", [0.06, 0.1, 0.14])
+def test_a_host_wide_limit_that_refuses_before_its_upstream_answers_is_told_from_ip_allowances(latency: float) -> None:
+    # nginx's limit_req answers its 429 at once, before the pages asked for just ahead of it: judged from
+    # the clean answers in alone, two requests sent together looked far apart, and the 429s taken for
+    # allowances IPs spent put the spacing at 3 s (a quarter to a third of the limit, 10% 429s).
+    p, gate, ft, changes = policy(True)
+    rate = 10.0
+    ok, limited, _ = _bucket_crawl(p, gate, ft, 120.0, burst=1, rate=rate, latency=latency, host_wide=True,
+                                   refused_latency=0.005)
+    assert not any("allowance spent" in c[4].get("why", "") for c in changes if len(c) > 4)
+    assert ok > 0.85 * 120 * rate
+    assert limited < 0.025 * (ok + limited)
+
+
 def test_a_host_rate_from_the_shortest_answered_host_gap() -> None:
     # No host rate in force, not wide: the host's requests as far apart as the shortest answered gap.
     r = RateSearch()
@@ -1523,17 +1593,26 @@ def test_a_host_rate_from_the_shortest_answered_host_gap() -> None:
 
 
 def _bucket_crawl(p: ThrottlePolicy, gate, ft, seconds: float, burst: int, rate: float = 1.0,
-                  latency: float = 0.1, retry_after: float = 2.0, host_wide: bool = False) -> tuple[int, int, list[str]]:
+                  latency: float = 0.1, retry_after: float = 2.0, host_wide: bool = False,
+                  refused_latency: float | None = None) -> tuple[int, int, list[str]]:
     """Requests through *gate* to a site that keeps a token bucket per exit IP (*host_wide*: one for the
-    host; the sandbox's own), answered *latency* after they go, every answer to *p*. Returns the clean
-    answers, the 429s and each 429's blame."""
+    host; the sandbox's own), answered *latency* after they go (a 429 *refused_latency* after, if given:
+    nginx refuses before the upstream answers), every answer to *p*. Returns the clean answers, the
+    429s and each 429's blame."""
     shared = TokenBucket(rate, burst, clock=ft.clock)
     buckets = {key: shared if host_wide else TokenBucket(rate, burst, clock=ft.clock) for key in gate.endpoints}
     counts, blames = [0, 0], []
 
     def go() -> None:
-        gate.acquire("a").addCallback(lambda lease: ft.call_later(latency, lambda: answer(lease, buckets[
-            lease.endpoint.key].try_take())))
+        gate.acquire("a").addCallback(lambda lease: ft.call_later(
+            latency if refused_latency is None else refused_latency, lambda: arrived(lease)))
+
+    def arrived(lease) -> None:
+        clean = buckets[lease.endpoint.key].try_take()
+        if clean and refused_latency is not None:
+            ft.call_later(latency - refused_latency, lambda: answer(lease, clean))
+        else:
+            answer(lease, clean)
 
     def answer(lease, clean: bool) -> None:
         counts[not clean] += 1

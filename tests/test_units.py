@@ -330,6 +330,23 @@ def test_lease_carries_the_endpoints_gap_and_the_host_counts_grants() -> None:
     assert granted([gate.acquire("a")])[0].gap == math.inf
 
 
+def test_the_gate_says_when_the_latest_request_still_in_flight_to_a_host_went() -> None:
+    gate, ft = make_gate(n=4, delay=(1.0, 1.0), host_concurrency=3)
+    a1 = granted([gate.acquire("a")])[0]
+    ft.advance(0.1)
+    a2 = granted([gate.acquire("a")])[0]
+    ft.advance(0.1)
+    b1 = granted([gate.acquire("b")])[0]
+    ft.advance(0.1)
+    a3 = granted([gate.acquire("a")])[0]
+    assert gate.granted_before("a", a3.granted_at) == a2.granted_at  # not the other host's
+    assert gate.granted_before("a", a2.granted_at) == a1.granted_at
+    assert gate.granted_before("a", a1.granted_at) is None
+    gate.release(a2)  # answered: no longer in flight
+    assert gate.granted_before("a", a3.granted_at) == a1.granted_at
+    assert gate.granted_before("b", b1.granted_at) is None
+
+
 def test_raised_band_holds_spacings_drawn_before_it() -> None:
     gate, ft = make_gate(n=1, delay=(0.5, 0.5))
     gate.release(granted([gate.acquire("a")])[0])

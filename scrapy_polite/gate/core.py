@@ -513,6 +513,13 @@ class GateCore:
         self._kick()
         return True
 
+    def granted_before(self, host: str, at: float) -> float | None:
+        """When the latest request to *host* still in flight here went, of those that went before *at*
+        (``None``: none): a site refuses before its upstream answers, so a 429 comes back before the
+        pages asked for just ahead of it, and the host's gap before it is to one of those."""
+        return max((lease.granted_at for lease in self._leases.values()
+                    if lease.host == host and lease.granted_at < at), default=None)
+
     def expire_leases(self, max_age: float) -> list[Lease]:
         """Release leases held longer than *max_age* seconds, and return them.
 

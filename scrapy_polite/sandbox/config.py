@@ -50,6 +50,10 @@ class SiteConfig:
     host_burst: int = 1
     host_rate_schedule: list[list[float]] | None = None
     latency: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    #: Answer the limits' refusals (429s, challenges, blocks) at once, without ``latency``, as nginx's
+    #: ``limit_req`` does before it proxies to the upstream: a 429 then comes back before the pages
+    #: asked for just ahead of it.
+    refuse_at_once: bool = False
     retry_after: float = 2.0
     retry_after_form: str = "seconds"
     strikes_to_block: int | None = 3

@@ -243,10 +243,11 @@ class Site:
             if reply is None and self._hangs(path):
                 await self._hang(reader, writer)
                 return False
+            refused = reply is not None and self.config.refuse_at_once
             if reply is None:
                 reply = self._route(req, path, ip, sid)
             lo, hi = self.config.latency
-            if hi > 0:
+            if hi > 0 and not refused:
                 await asyncio.sleep(self.rng.uniform(lo, hi))
             headers = Headers(
                 [

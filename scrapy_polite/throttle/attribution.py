@@ -12,7 +12,9 @@ The evidence that separates the two:
   IPs within a moment point at the host;
 - **first requests**: an IP's first request to a host has no gap; when those
   go through cleanly and only the IPs' next ones fail, at a host rate the
-  first ones were answered at, the gap is what differs, not the rate;
+  first ones were answered at, the gap is what differs, not the rate (a
+  first request limited within a moment of such a 429, whose own 429 came
+  back later, takes that back);
 - **runs**: an IP held by its spacing whose gap was answered cleanly (on it
   since its last 429, or on another IP) spent a per-IP allowance (a burst):
   the time its run took per clean request bounds where that limit lies
@@ -20,6 +22,9 @@ The evidence that separates the two:
   closer after the host's previous clean one than any two clean ones ever
   were is what a host-wide limit without a burst refuses, whatever the
   IP's run (two IPs' spacings end together now and then, at any spacing).
+  A site refuses before its upstream answers (nginx's ``limit_req``), so a
+  429 comes back before the pages asked for just ahead of it: the previous
+  request may still be unanswered, and counts (most are answered cleanly).
 
 When both hypotheses have support, the cheaper remedy is tried first (the share
 of the host's throughput each would give up); the same IP limited again after
@@ -97,13 +102,16 @@ class Verdict:
     #: The shortest host gap answered cleanly, when the request was sent closer after the host's
     #: previous clean one: a host-wide limit without a burst answers every request that far apart.
     spaced: float | None = None
+    #: When the requests went whose 429s the first requests' rule blamed on their IPs, and which this
+    #: one, a first request limited at about the same moment, shows the rule had no ground for.
+    unfounded: tuple[float, ...] = ()
 
 
 class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
     __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous",
-                 "clean_sent", "host_gaps", "host_gap_times", "spaced_at")
+                 "clean_sent", "host_gaps", "host_gap_times", "spaced_at", "first_blamed")
 
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
@@ -123,6 +131,10 @@ class Attribution:
         #: When each of those gaps was seen, to count them; when a 429 last showed such a limit.
         self.host_gap_times: deque[float] = deque()
         self.spaced_at = -math.inf
+        #: When the requests went whose 429s the first requests' rule blamed on their IPs' gaps, and when it
+        #: did: its premise is that no first request was limited, and a 429 comes back faster than a page,
+        #: so one may still be on its way.
+        self.first_blamed: deque[tuple[float, float]] = deque()
 
     def clean(self, sent: float, now: float, window: float, gap: float = math.inf,
               granted_at: float | None = None, rate_held: bool = False) -> None:
@@ -151,18 +163,28 @@ class Attribution:
                 self.host_gap_times.append(now)
         lst.insert(i, (at, held))
 
-    def refused_host_gap(self, at: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS
-                         ) -> float | None:
-        """The host gap of a limited request that went at *at*, when shorter than any two clean requests
-        in a row had (by *margin* of it), out of *least* of them at least (``None``: not, or not known):
-        a host-wide limit without a burst refuses such a gap and answers every longer one."""
-        if at is None or len(self.host_gap_times) < least:
+    def host_gap(self, at: float | None, pending: float | None = None) -> float | None:
+        """Seconds from the host's previous request answered cleanly, or still unanswered (*pending*: when
+        the latest of those went; most are answered cleanly), to one that went at *at* (``None``: no
+        such request known, or *at* is not)."""
+        if at is None:
             return None
         i = bisect_left(self.clean_sent, (at,))
-        if not i:
-            return None
-        gap = at - self.clean_sent[i - 1][0]
-        return gap if gap < self.host_gaps[0][1] * (1 - margin) else None
+        before = max(self.clean_sent[i - 1][0] if i else -math.inf, -math.inf if pending is None else pending)
+        return at - before if math.isfinite(before) else None
+
+    def refuses(self, gap: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS) -> bool:
+        """Whether a limited request's host *gap* is shorter than any two clean requests in a row had (by
+        *margin* of it), out of *least* of them at least: a host-wide limit without a burst refuses such
+        a gap and answers every longer one."""
+        return (gap is not None and len(self.host_gap_times) >= least
+                and gap < self.host_gaps[0][1] * (1 - margin))
+
+    def refused_host_gap(self, at: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS,
+                         pending: float | None = None) -> float | None:
+        """The host gap of a limited request that went at *at*, when :meth:`refuses` it (``None``: not)."""
+        gap = self.host_gap(at, pending)
+        return gap if self.refuses(gap, margin, least) else None
 
     def limited_elsewhere(self, at: float) -> None:
         """Another process sharing the host got a host-wide signal at *at*: for all this one
@@ -175,28 +197,33 @@ class Attribution:
                 q.popleft()
         while self.host_gap_times and self.host_gap_times[0] < now - window:
             self.host_gap_times.popleft()
+        while self.first_blamed and self.first_blamed[0][1] < now - window:
+            self.first_blamed.popleft()
         del self.clean_sent[:bisect_left(self.clean_sent, (now - window,))]
 
     def decide(
         self, endpoint: str, gap: float, slack: float, shortest_clean: float, sent: float, now: float, window: float,
         spacing_cost: float = 0.0, rate_cost: float = 0.0, rate: float = math.inf, drained: Drained | None = None,
-        granted_at: float | None = None,
+        granted_at: float | None = None, host_gap: float | None = None,
     ) -> Verdict:
         """The hypothesis the signal on *endpoint* supports (costs: the share of throughput each remedy gives
         up; *rate*: the host rate in force, which the rate sent over the last seconds lags behind;
-        *drained*: the run the IP's 429 ended; *granted_at*: when its request went)."""
+        *drained*: the run the IP's 429 ended; *granted_at*: when its request went, *host_gap*: its
+        :meth:`host_gap`, from the clean answers alone if not given)."""
         self._expire(now, window)
+        if host_gap is None:
+            host_gap = self.host_gap(granted_at)
         # Refused as a host-wide limit without a burst would (no allowance of the IP's explains it), and
         # clearly so (the host's doing, whatever else).
-        host_gap, refused = self.refused_host_gap(granted_at, 0.0, MIN_HOST_GAPS_RUN), self.refused_host_gap(granted_at)
+        run_refused, refused = self.refuses(host_gap, 0.0, MIN_HOST_GAPS_RUN), self.refuses(host_gap)
         repeats = sum(k == endpoint for _, k in self.limited)
         moment = len({k for t, k in self.limited if t >= now - MOMENT} | {endpoint})
         self.limited.append((now, endpoint))
         if not math.isfinite(gap):
             self.first_limited = now
-            return Verdict(HOST, "no gap known for the endpoint")
+            return Verdict(HOST, "no gap known for the endpoint", unfounded=self._unfounded(granted_at))
         held = spacing_held(gap, slack)
-        if drained is not None and held and (not drained.strict or gap >= shortest_clean) and host_gap is None:
+        if drained is not None and held and (not drained.strict or gap >= shortest_clean) and not run_refused:
             # The IP went as fast as its spacing let it, at a gap answered cleanly (on it or on another
             # IP), and then was not: an allowance it spent. The run's pace is what it allows (a host-wide
             # limit without a burst is told apart by the host's gap, above; one with a burst met this
@@ -204,13 +231,14 @@ class Attribution:
             return Verdict(PER_IP, f"gaps down to {min(drained.shortest, shortest_clean):.2f} s answered cleanly, "
                                    f"limited after {drained.clean} clean requests: a per-IP allowance spent, "
                                    f"which needs at least {drained.pace:.2f} s a request", drained=True)
-        if refused is not None and (held or gap >= shortest_clean):
+        if refused and (held or gap >= shortest_clean):
             # Closer after the host's last clean request than any two clean ones in a row: the host's doing
             # when a gap as short as the IP's was answered; else the IP's gap, the shortest yet, says as
             # much, and the cheaper remedy goes first.
             answered = self.host_gaps[0][1]
-            host_side = (f"sent {refused:.2f} s after the host's last clean request, closer than any two clean "
-                         f"ones ({answered:.2f} s)")
+            assert host_gap is not None
+            host_side = (f"sent {host_gap:.2f} s after the host's last request answered cleanly or unanswered, "
+                         f"closer than any two clean ones ({answered:.2f} s)")
             if gap >= shortest_clean:
                 self.spaced_at = now
                 return Verdict(HOST, host_side, spaced=answered)
@@ -230,6 +258,8 @@ class Attribution:
         if not math.isfinite(shortest_clean):
             first = self._first_requests_clean(at_most, now, window)
             if first is not None and spacing_cost <= FIRST_COST:
+                if granted_at is not None:
+                    self.first_blamed.append((granted_at, now))
                 return Verdict(PER_IP, first)
             # No clean gap to compare with: the spacing held the request or it did not. Held,
             # a raise that gives up much of the host's throughput is weighed against a
@@ -271,6 +301,17 @@ class Attribution:
             return None
         return (f"{len(self.first_clean)} IPs' first requests answered cleanly at up to {fastest:.2f} req/s, "
                 f"none limited: only a repeat failed")
+
+    def _unfounded(self, at: float | None) -> tuple[float, ...]:
+        """The requests the first requests' rule blamed on their IPs within ``MOMENT`` of a first request
+        limited that went at *at*: sent together, the host refused both, and no IP's gap explains the
+        first one's. Each is answered for once."""
+        if at is None:
+            return ()
+        found = tuple(sent for sent, _ in self.first_blamed if abs(sent - at) <= MOMENT)
+        if found:
+            self.first_blamed = deque(e for e in self.first_blamed if e[0] not in found)
+        return found
 
     def _cheaper(self, endpoint: str, repeats: int, now: float, window: float, spacing_cost: float,
                  rate_cost: float, ip_side: str, host_side: str) -> Verdict:

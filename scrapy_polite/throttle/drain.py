@@ -28,11 +28,13 @@ from dataclasses import dataclass
 #: first after a 429, which waited out its Retry-After) ends a run: an IP that idled may have
 #: filled its bucket, and its run would count the tokens that went to waste.
 IDLE = 3.0
-#: A run of fewer clean requests, at a pace within ``AT_BAND`` of the spacing in force, says nothing
-#: of a per-IP allowance: a host-wide limit ends runs that short on any IP, however far apart its
-#: requests, and each raise to what such a run says creeps the spacing up a few percent while the
-#: host's total rate stays past its limit. (A short run well faster than the spacing in force is one
-#: the spacing let run short: a per-IP allowance with a Retry-After shorter than its refill.)
+#: A run of fewer clean requests, sent at a pace within ``AT_BAND`` of the spacing in force, says
+#: nothing of a per-IP allowance: a host-wide limit ends runs that short on any IP, however far apart
+#: its requests, and each raise to what such a run says creeps the spacing up a few percent while the
+#: host's total rate stays past its limit. The pace it was sent at is its time per gap: a run from a
+#: full bucket says its allowance needs its whole time per clean request but one, twice the spacing
+#: for a run of two. (A short run sent well slower than the spacing in force is one the spacing let
+#: run short: a per-IP allowance with a Retry-After shorter than its refill.)
 MIN_RUN = 3
 AT_BAND = 0.1
 
@@ -98,6 +100,8 @@ class IpRuns:
         strict = gap < run.shortest
         spent = run.clean + (-int(not strict) if run.full else 1)
         pace = (run.gaps + gap) / spent
-        if run.clean < MIN_RUN and pace <= band_lo * (1 + AT_BAND):
+        # The run's gaps: one per request after its first (a full run's first has none counted).
+        sent_pace = (run.gaps + gap) / (run.clean + (not run.full))
+        if run.clean < MIN_RUN and sent_pace <= band_lo * (1 + AT_BAND):
             return None
         return Drained(pace, run.clean, run.shortest, strict)

@@ -43,7 +43,7 @@ from scrapy_polite.throttle.attribution import (
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.drain import IpRuns
 from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
-from scrapy_polite.throttle.spacing import MARGIN, SpacingEstimator
+from scrapy_polite.throttle.spacing import MARGIN, Raise, SpacingEstimator
 from scrapy_polite.throttle.traffic import Traffic
 
 if TYPE_CHECKING:
@@ -196,9 +196,11 @@ class ThrottlePolicy:
         spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False, back=cfg.adaptive))
         interval = gate.host(host).interval
         p.attribution.limited_elsewhere(self._foreign_signal(p, host).at)
+        # A site refuses before its upstream answers: the pages asked for just before this may be unanswered.
+        host_gap = p.attribution.host_gap(host_sent, None if host_sent is None else gate.granted_before(host, host_sent))
         verdict = p.attribution.decide(
             endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
-            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, host_sent,
+            spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, host_sent, host_gap,
         )
         # With no gap known (the endpoint's first request to the host) the slack measured nothing.
         evidence: dict[str, Any] = {
@@ -212,12 +214,16 @@ class ThrottlePolicy:
             evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
             changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True,
-                                           sent_at=host_sent)
+                                           sent_at=host_sent, host_gap=host_gap)
         elif verdict.blame == PER_IP:
-            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent)
+            changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent,
+                                           host_gap=host_gap)
         else:
             if verdict.spaced is not None:
                 changes += self._take_back_raise(p, host)
+            if verdict.unfounded:
+                changes += self._take_back(p, host, lambda r: r.sent_at in verdict.unfounded,
+                                           "a first request was limited with the one that raised it")
             changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status, verdict.spaced)
             if not cfg.adaptive or gate.host(host).limit <= 1:
                 # Without adaptive mode a host-wide signal halves concurrency (once per
@@ -391,22 +397,27 @@ class ThrottlePolicy:
         before any host gap is known). Checked at each host-wide signal that shows such a limit, and,
         within a window of one, at each clean answer out of more gaps (IPs in step send at host gaps
         that drift, and an IP's 429 falls under the shortest by chance)."""
-        band = p.spacing.taken_back(lambda sent_at: p.attribution.refused_host_gap(sent_at, least=least) is not None)
+        return self._take_back(p, host, lambda r: p.attribution.refuses(r.host_gap, least=least),
+                               "the 429s that raised it came at host gaps the host refuses")
+
+    def _take_back(self, p: _HostPolicy, host: str, hosts: Callable[[Raise], bool], why: str) -> list[str]:
+        """The last spacing raises whose requests *hosts* says the host refused, not their IPs, go."""
+        band = p.spacing.taken_back(hosts)
         current = self.gate.host(host).delay
         if band is None or band[0] >= current[0]:
             return []
         self._set_delay(p, host, band)
-        return ["spacing back: the 429s that raised it came at host gaps the host refuses"]
+        return [f"spacing back: {why}"]
 
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False,
-                       run: bool = False, sent_at: float | None = None) -> list[str]:
+                       run: bool = False, sent_at: float | None = None, host_gap: float | None = None) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
         ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more;
         *run*: *gap* is the seconds per request an IP's run needed, see :mod:`~scrapy_polite.throttle.drain`)."""
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
-                                reach=not probe, sent_at=sent_at)
+                                reach=not probe, sent_at=sent_at, host_gap=host_gap)
         if band is None:
             return []
         self._set_delay(p, host, band)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import same
@@ -56,6 +57,17 @@ SHRINK = 0.85
 Band = tuple[float, float]
 
 
+class Raise(NamedTuple):
+    """A raise kept to be taken back: when the request that drew it went, its host gap then (the
+    seconds since the host's previous request answered cleanly or still unanswered; ``None``: not
+    known), and the longest failing gap and the band before it."""
+
+    sent_at: float
+    host_gap: float | None
+    bad_before: float
+    band_before: Band
+
+
 class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
@@ -80,9 +92,8 @@ class SpacingEstimator:
         self.let_go = 0.0
         self.confirmed = 0
         self.windows = 0
-        #: The last few raises, oldest first: when the request that drew each went, and the longest
-        #: failing gap and the band before it.
-        self.raised_for: list[tuple[float, float, Band]] = []
+        #: The last few raises, oldest first.
+        self.raised_for: list[Raise] = []
 
     def follow(self, band: Band, since: float) -> bool:
         """The band in force is *band*, in force here *since* then: when another process moved
@@ -140,9 +151,10 @@ class SpacingEstimator:
         return gap * (1 + MARGIN)
 
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
-               reach: bool = True, sent_at: float | None = None) -> Band | None:
+               reach: bool = True, sent_at: float | None = None, host_gap: float | None = None) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
-        see :meth:`target`; *sent_at*: when the request that failed went)."""
+        see :meth:`target`; *sent_at*: when the request that failed went, and *host_gap* its host gap,
+        kept to take the raise back)."""
         before = self.bad_gap
         self._failed(gap)
         lo, hi = band
@@ -156,17 +168,17 @@ class SpacingEstimator:
         self.raises += self.streak == 0
         self.streak += 1
         if sent_at is not None:
-            self.raised_for = [*self.raised_for[1 - TAKE_BACK:], (sent_at, before, band)]
+            self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band)]
         return (new_lo, new_hi)
 
-    def taken_back(self, hosts: Callable[[float], bool]) -> Band | None:
-        """The last raises whose requests *hosts* says were the host's doing, not a per-IP limit's (sent at
-        a host gap a host-wide limit refuses): their failing gaps go, and the band before the first of
-        them is returned (``None``: none). A raise that stays bounds the narrowing for a window, and a
-        wrong one costs the pool up to half the host's rate meanwhile."""
+    def taken_back(self, hosts: Callable[[Raise], bool]) -> Band | None:
+        """The last raises *hosts* says were the host's doing, not a per-IP limit's (their requests went
+        at a host gap a host-wide limit refuses, say): their failing gaps go, and the band before the
+        first of them is returned (``None``: none). A raise that stays bounds the narrowing for a
+        window, and a wrong one costs the pool up to half the host's rate meanwhile."""
         band = None
-        while self.raised_for and hosts(self.raised_for[-1][0]):
-            _, self.bad_gap, band = self.raised_for.pop()
+        while self.raised_for and hosts(self.raised_for[-1]):
+            *_, self.bad_gap, band = self.raised_for.pop()
             self.streak = max(0, self.streak - 1)
             self.raises = max(0, self.raises - 1)
         if band is not None and not self.raises:
