@@ -1512,16 +1512,16 @@ def test_a_host_gap_shorter_than_any_two_clean_requests_had_is_the_hosts_not_an_
     sent = [0.0, 0.2, 0.1, 0.35, 0.5, 0.62, 0.8, 1.0, 1.25]
     for i, at in enumerate(sent[:3]):
         a.clean(8.0, 1.0 + i * 0.01, W, gap=1.0, granted_at=at)
-    assert a.refused_host_gap(0.25) is None  # too few clean requests yet to tell
+    assert not a.refuses(a.host_gap(0.25))  # too few clean requests yet to tell
     for at in sent[3:]:
         a.clean(8.0, 1.5, W, gap=1.0, granted_at=at)
     assert a.host_gaps[0][1] == pytest.approx(0.1)
-    assert a.refused_host_gap(1.3) == pytest.approx(0.05)  # 0.05 s after the last clean one
-    assert a.refused_host_gap(1.345, 0.0) == pytest.approx(0.095)
-    assert a.refused_host_gap(1.345) is None  # not clearly shorter (HOST_GAP_MARGIN)
-    assert a.refused_host_gap(1.3, least=20) is None  # too few gaps seen
-    assert a.refused_host_gap(1.4) is None  # 0.15 s: longer than two clean ones in a row had
-    assert a.refused_host_gap(None) is None
+    assert a.host_gap(1.3) == pytest.approx(0.05) and a.refuses(0.05)  # 0.05 s after the last clean one
+    assert a.host_gap(1.345) == pytest.approx(0.095) and a.refuses(0.095, 0.0)
+    assert not a.refuses(0.095)  # not clearly shorter (HOST_GAP_MARGIN)
+    assert not a.refuses(0.05, least=20)  # too few gaps seen
+    assert a.host_gap(1.4) == pytest.approx(0.15) and not a.refuses(0.15)  # longer than two clean ones in a row had
+    assert a.host_gap(None) is None and not a.refuses(None)
     drained = Drained(1.02, 8, 0.8, False)
     # A host-wide limit without a burst refuses a host gap that short whatever the IP's run: the host,
     # whose requests as far apart as the shortest answered gap go through.

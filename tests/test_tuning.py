@@ -77,6 +77,15 @@ def search(tuner: Tuner, site: Site) -> list[Trial]:
     return tuner.trials
 
 
+def feed(t: Tuner, *results: TrialResult) -> Tuner:
+    """Run *t*'s next trials with these results, in order."""
+    for result in results:
+        trial = t.next_trial()
+        assert trial is not None
+        t.record(trial, result)
+    return t
+
+
 def tuner(**kw: object) -> Tuner:
     args: dict = {"budget": 1000, "trial_requests": 100, "max_concurrency": 8}
     args.update(kw)
@@ -179,20 +188,12 @@ def test_the_throttled_spacing_is_dropped_when_clearly_slower() -> None:
     t.record(third, TrialResult(sent=100, attempts=100, success=100, seconds=23.5))
     assert t.recommendation() is third
     # 23% slower: its spacing is 21% wider (mean 1.45 s against 1.2 s), which explains it.
-    t2 = tuner(min_gain=0.05)
-    for result in (results["start"], results["POLITE_DELAY down"],
-                   TrialResult(sent=100, attempts=100, success=100, seconds=26.0)):
-        trial = t2.next_trial()
-        assert trial is not None
-        t2.record(trial, result)
+    t2 = feed(tuner(min_gain=0.05), results["start"], results["POLITE_DELAY down"],
+              TrialResult(sent=100, attempts=100, success=100, seconds=26.0))
     assert t2.recommendation() is t2.trials[2] and t2.trials[2].verdict == "gentler, slower by its spacing"
     # 33% slower: more than the wider spacing explains, by more than the tolerance.
-    t3 = tuner(min_gain=0.05)
-    for result in (results["start"], results["POLITE_DELAY down"],
-                   TrialResult(sent=100, attempts=100, success=100, seconds=30.0)):
-        trial = t3.next_trial()
-        assert trial is not None
-        t3.record(trial, result)
+    t3 = feed(tuner(min_gain=0.05), results["start"], results["POLITE_DELAY down"],
+              TrialResult(sent=100, attempts=100, success=100, seconds=30.0))
     assert t3.recommendation() is t3.trials[0] and t3.trials[2].verdict == "no gain"
 
 
@@ -201,8 +202,8 @@ def test_a_short_trial_under_the_limit_does_not_win_over_the_spacing_its_throttl
     0.6-1.2 s ran its first rounds under the limit before one 429 widened its spacing to
     1.01-1.2 s; the trial at that spacing from the start is slower, by about the ratio of the two
     spacings. The recommendation is the spacing the site allows."""
-    t = tuner(trial_requests=40, budget=200)
-    results = [
+    t = feed(
+        tuner(trial_requests=40, budget=200),
         TrialResult(sent=40, attempts=40, success=39, rate_limited=1, seconds=39 * 60 / 381.7,
                     paced_attempts=32, paced_rate_limited=1, throttled_delay=(0.86, 1.6)),
         TrialResult(sent=40, attempts=40, success=39, rate_limited=1, seconds=39 * 60 / 472.1,
@@ -211,11 +212,7 @@ def test_a_short_trial_under_the_limit_does_not_win_over_the_spacing_its_throttl
                     paced_attempts=32, paced_rate_limited=2, throttled_delay=(1.0, 1.1)),
         TrialResult(sent=40, attempts=40, success=40, seconds=40 * 60 / 356.6,
                     paced_attempts=32, paced_rate_limited=0),
-    ]
-    for result in results:
-        trial = t.next_trial()
-        assert trial is not None
-        t.record(trial, result)
+    )
     assert [tr.change for tr in t.trials] == [
         "start", "POLITE_DELAY down", "POLITE_DELAY down", "POLITE_DELAY as throttled"]
     assert t.trials[3].settings.delay == (1.01, 1.2)

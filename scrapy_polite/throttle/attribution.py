@@ -180,12 +180,6 @@ class Attribution:
         return (gap is not None and len(self.host_gap_times) >= least
                 and gap < self.host_gaps[0][1] * (1 - margin))
 
-    def refused_host_gap(self, at: float | None, margin: float = HOST_GAP_MARGIN, least: int = MIN_HOST_GAPS,
-                         pending: float | None = None) -> float | None:
-        """The host gap of a limited request that went at *at*, when :meth:`refuses` it (``None``: not)."""
-        gap = self.host_gap(at, pending)
-        return gap if self.refuses(gap, margin, least) else None
-
     def limited_elsewhere(self, at: float) -> None:
         """Another process sharing the host got a host-wide signal at *at*: for all this one
         knows, on a first request (so first requests answered cleanly here prove nothing)."""
