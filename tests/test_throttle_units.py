@@ -220,6 +220,20 @@ def test_raises_whose_429s_prove_the_hosts_are_taken_back_latest_first() -> None
     assert len(s.raised_for) == TAKE_BACK
 
 
+def test_a_raise_is_taken_back_after_host_wide_signals_that_show_a_limit_refusing_host_gaps() -> None:
+    s = SpacingEstimator()
+    first = s.raised(1.1, (0.8, 1.6), 10.0, True, 1.0, W, sent_at=0.9, host_gap=0.15)
+    second = s.raised(1.2, first, 10.0, True, 2.0, W, sent_at=1.9, host_gap=0.12)
+    assert second is not None
+    assert s.outweighed() is None  # one such signal since the raise: not yet
+    assert s.outweighed() == first and s.bad_gap == 1.1  # the second: the last raise goes, only it
+    assert s.outweighed() is None
+    s.raised(1.3, first, 10.0, True, 3.0, W, sent_at=2.9)  # a raise starts the count again
+    assert s.outweighed() is None and [r.sent_at for r in s.raised_for] == [0.9, 2.9]
+    assert s.outweighed() is not None and [r.sent_at for r in s.raised_for] == [0.9]
+    assert SpacingEstimator().outweighed() is None and SpacingEstimator().outweighed() is None  # none kept
+
+
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
     s = SpacingEstimator()
     band = s.raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W)

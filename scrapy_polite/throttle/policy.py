@@ -220,7 +220,7 @@ class ThrottlePolicy:
                                            host_gap=host_gap)
         else:
             if verdict.spaced is not None:
-                changes += self._take_back_raise(p, host)
+                changes += self._take_back_raise(p, host) or self._take_back_outweighed(p, host)
             if verdict.unfounded:
                 changes += self._take_back(p, host, lambda r: r.sent_at in verdict.unfounded,
                                            "a first request was limited with the one that raised it")
@@ -400,9 +400,18 @@ class ThrottlePolicy:
         return self._take_back(p, host, lambda r: p.attribution.refuses(r.host_gap, least=least),
                                "the 429s that raised it came at host gaps the host refuses")
 
+    def _take_back_outweighed(self, p: _HostPolicy, host: str) -> list[str]:
+        """The last spacing raise goes after ``OUTWEIGHED`` host-wide signals since, each at a host gap
+        a host-wide limit without a burst refuses (``SpacingEstimator.outweighed``)."""
+        return self._set_back(p, host, p.spacing.outweighed(),
+                              "host-wide signals since it showed a limit that refuses host gaps")
+
     def _take_back(self, p: _HostPolicy, host: str, hosts: Callable[[Raise], bool], why: str) -> list[str]:
         """The last spacing raises whose requests *hosts* says the host refused, not their IPs, go."""
-        band = p.spacing.taken_back(hosts)
+        return self._set_back(p, host, p.spacing.taken_back(hosts), why)
+
+    def _set_back(self, p: _HostPolicy, host: str, band: tuple[float, float] | None, why: str) -> list[str]:
+        """The band from before raises taken back, unless the band in force is already under it."""
         current = self.gate.host(host).delay
         if band is None or band[0] >= current[0]:
             return []

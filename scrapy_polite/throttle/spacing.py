@@ -50,6 +50,11 @@ SAME_LIMIT = 0.05
 DECAY_WINDOWS = 4
 #: The raises kept to be taken back, should later evidence show their 429s were the host's.
 TAKE_BACK = 4
+#: Host-wide signals showing a limit without a burst (a host gap it refuses), since the last raise,
+#: that take that raise back even when its own 429's host gap was not clearly short: such a limit
+#: binds, and a 429 at about the shortest answered host gap (grants reach the site tens of
+#: milliseconds apart from when they went) is likelier its doing than an IP's.
+OUTWEIGHED = 2
 #: Without adaptive mode, a clean window narrows raised spacing back toward
 #: ``POLITE_DELAY`` by this factor.
 SHRINK = 0.85
@@ -72,7 +77,7 @@ class SpacingEstimator:
     """Bounds a host's per-IP spacing between the longest failing gap and the shortest clean one."""
 
     __slots__ = ("bad_gap", "changed", "raised_at", "raises", "streak", "clean_gaps", "seen", "let_go",
-                 "confirmed", "windows", "raised_for")
+                 "confirmed", "windows", "raised_for", "host_signals")
 
     def __init__(self) -> None:
         self.bad_gap = 0.0
@@ -92,8 +97,9 @@ class SpacingEstimator:
         self.let_go = 0.0
         self.confirmed = 0
         self.windows = 0
-        #: The last few raises, oldest first.
+        #: The last few raises, oldest first, and the host-wide signals since the last (``OUTWEIGHED``).
         self.raised_for: list[Raise] = []
+        self.host_signals = 0
 
     def follow(self, band: Band, since: float) -> bool:
         """The band in force is *band*, in force here *since* then: when another process moved
@@ -169,6 +175,7 @@ class SpacingEstimator:
         self.streak += 1
         if sent_at is not None:
             self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band)]
+            self.host_signals = 0
         return (new_lo, new_hi)
 
     def taken_back(self, hosts: Callable[[Raise], bool]) -> Band | None:
@@ -184,6 +191,15 @@ class SpacingEstimator:
         if band is not None and not self.raises:
             self.raised_at = -math.inf
         return band
+
+    def outweighed(self) -> Band | None:
+        """A host-wide signal showed a limit without a burst: the ``OUTWEIGHED``-th since the last raise
+        takes that raise back (the band before it is returned; ``None``: not yet, or none kept)."""
+        self.host_signals += 1
+        if self.host_signals < OUTWEIGHED or not self.raised_for:
+            return None
+        self.host_signals, last = 0, self.raised_for[-1]
+        return self.taken_back(lambda r: r is last)
 
     def answered(self, gap: float, sent_at: float, band: Band) -> bool:
         """Whether a signal after *gap*, whose request went at *sent_at*, is already answered for by a
