@@ -1483,21 +1483,28 @@ def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     # any IP. Well faster than the spacing in force, it is one the spacing let run short.
     runs.clean("e1", 2.0, 1.6)
     runs.clean("e1", 2.1, 1.6)
-    assert runs.limited("e1", 2.1, band_lo=2.0) is None
+    assert runs.limited("e1", 2.1, band_hi=2.0) is None
     runs.clean("e1", 2.0, 1.6)
     runs.clean("e1", 2.1, 1.6)
-    assert runs.limited("e1", 2.1, band_lo=1.0) is not None
+    assert runs.limited("e1", 2.1, band_hi=1.0) is not None
     # A run of two from a full bucket (its first request and one at about the spacing), refused at a gap as
     # long: it would say the allowance needs its whole time per clean request but one, twice the spacing.
     # Sent at the spacing in force, it says nothing (a host-wide limit ends such runs too); sent well
     # slower than the spacing in force, it says that.
     runs.clean("e3", math.inf, 1.3)
     runs.clean("e3", 0.97, 1.3)
-    assert runs.limited("e3", 1.19, band_lo=1.19) is None
+    assert runs.limited("e3", 1.19, band_hi=1.23) is None
     runs.clean("e4", math.inf, 1.3)
     runs.clean("e4", 0.97, 1.3)
-    drained = runs.limited("e4", 1.19, band_lo=0.8)
+    drained = runs.limited("e4", 1.19, band_hi=0.9)
     assert drained is not None and drained.pace == pytest.approx(2.16)
+    # A run after a 429 counts its Retry-After wait: sent within a wide band (POLITE_DELAY's, 0.8-1.6 s,
+    # without adaptive mode), two clean requests and a 429 are at the spacing in force, whatever its low end.
+    runs.clean("e5", math.inf, 1.6)
+    runs.limited("e5", 1.0, band_hi=1.6)
+    runs.clean("e5", 2.0, 1.6)
+    runs.clean("e5", 1.2, 1.6)
+    assert runs.limited("e5", 1.3, band_hi=1.6) is None
 
 
 def test_a_429_after_an_ips_run_held_by_its_spacing_points_at_the_ip_and_one_not_held_is_weighed_as_before() -> None:

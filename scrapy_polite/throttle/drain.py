@@ -28,7 +28,8 @@ from dataclasses import dataclass
 #: first after a 429, which waited out its Retry-After) ends a run: an IP that idled may have
 #: filled its bucket, and its run would count the tokens that went to waste.
 IDLE = 3.0
-#: A run of fewer clean requests, sent at a pace within ``AT_BAND`` of the spacing in force, says
+#: A run of fewer clean requests, sent at a pace within ``AT_BAND`` of the spacing in force (its band's
+#: upper end: a wide band, as ``POLITE_DELAY``'s without adaptive mode, spaces requests that far), says
 #: nothing of a per-IP allowance: a host-wide limit ends runs that short on any IP, however far apart
 #: its requests, and each raise to what such a run says creeps the spacing up a few percent while the
 #: host's total rate stays past its limit. The pace it was sent at is its time per gap: a run from a
@@ -86,9 +87,9 @@ class IpRuns:
         run.gaps += gap
         run.shortest = min(run.shortest, gap)
 
-    def limited(self, key: str, gap: float, band_lo: float = 0.0) -> Drained | None:
+    def limited(self, key: str, gap: float, band_hi: float = 0.0) -> Drained | None:
         """A 429 to a request through *key* sent *gap* after the IP's previous one, with the spacing in
-        force from *band_lo*: the run it ended (``None``: none known, no gap, or too short to say
+        force up to *band_hi*: the run it ended (``None``: none known, no gap, or too short to say
         anything, see ``MIN_RUN``). The IP's next run starts here."""
         run = self.runs.get(key)
         self.runs[key] = _Run()
@@ -102,6 +103,6 @@ class IpRuns:
         pace = (run.gaps + gap) / spent
         # The run's gaps: one per request after its first (a full run's first has none counted).
         sent_pace = (run.gaps + gap) / (run.clean + (not run.full))
-        if run.clean < MIN_RUN and sent_pace <= band_lo * (1 + AT_BAND):
+        if run.clean < MIN_RUN and sent_pace <= band_hi * (1 + AT_BAND):
             return None
         return Drained(pace, run.clean, run.shortest, strict)
