@@ -225,9 +225,15 @@ class Tuner:
         although a longer crawl of the best trial's settings would run at the same spacing
         after its first 429s. Slower than that, by more than the tolerance, is clearly slower.
         """
-        assert self.best is not None and self.best.result is not None
+        assert self.best is not None
         explained = min(1.0, _mean(self.best.settings.delay) / _mean(trial.settings.delay))
-        return self.best.result.pages_per_min * explained * (1 - THROTTLED_TOLERANCE * self.min_gain)
+        return self._tolerated() * explained
+
+    def _tolerated(self) -> float:
+        """The best trial's pages/min, less ``THROTTLED_TOLERANCE`` times ``min_gain``: about how much
+        trials this short vary."""
+        assert self.best is not None and self.best.result is not None
+        return self.best.result.pages_per_min * (1 - THROTTLED_TOLERANCE * self.min_gain)
 
     def recommendation(self) -> Trial | None:
         """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
@@ -373,9 +379,7 @@ class Tuner:
         elif improved:
             trial.verdict = "best so far" if self.best is not None else "ok"
             if trial.change == THROTTLED:
-                assert self.best is not None and self.best.result is not None
-                as_fast = result.pages_per_min >= self.best.result.pages_per_min * (
-                    1 - THROTTLED_TOLERANCE * self.min_gain)
+                as_fast = result.pages_per_min >= self._tolerated()
                 trial.verdict = "as fast, gentler" if as_fast else "gentler, slower by its spacing"
         else:
             trial.verdict = "no gain"
