@@ -123,11 +123,12 @@ async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) 
     # per-IP one; the pool must keep the rate, not the spacing, as its limit.
     spacing = changes.last_spacing(host_of(sb, "a"))
     assert spacing is None or spacing[0] < 2.0, f"spacing raised to {spacing}"
-    # The host rate answers for the cap: the host is never paused on top (2 s of silence).
+    # The host rate answers for the cap: the host is never paused on top (2 s of silence; a busy 2-core
+    # machine has shown 1.7 s between two requests without a pause).
     starts = sorted(e["t_start"] for e in log)
     first_429 = min(e["t_end"] for e in log if e["status"] == 429)
     silent = max(b - a for a, b in zip(starts, starts[1:]) if a >= first_429)
-    assert silent < 1.5, f"the host went quiet for {silent:.1f} s"
+    assert silent < 1.9, f"the host went quiet for {silent:.1f} s"
     ok = [e["t_start"] for e in log if e["status"] == 200]
     half = ok[len(ok) // 2:]
     # Near the host's 3 req/s, not held far under it (how near is the benchmark's to say).
