@@ -234,6 +234,38 @@ def test_a_raise_is_taken_back_after_host_wide_signals_that_show_a_limit_refusin
     assert SpacingEstimator().outweighed() is None and SpacingEstimator().outweighed() is None  # none kept
 
 
+@pytest.mark.parametrize("host_shown", [True, False])
+def test_after_a_429_that_shows_a_host_limit_clean_answers_take_back_a_raise_at_a_refused_host_gap(
+        host_shown: bool) -> None:
+    # A raise blamed on an IP's gap early in a crawl, before any host gap between clean requests is known,
+    # at 0.02 s after the host's last request. A host-wide limit shown since (an IP's gap failing as long as
+    # one answered cleanly) makes the raise's host gap worth checking at each clean answer: once enough
+    # clean host gaps are in, all longer, it goes. Without such a 429 a per-IP limit is the likelier, and
+    # a raise's host gap falls under the shortest by chance now and then: it stays.
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for ep in eps[:5]:  # five IPs' first requests, clean, 0.3 s apart
+        p.ok("a", 200, endpoint=ep.key, granted_at=ft.now, rate_held=False)
+        ft.advance(0.3)
+    p.rate_limited("a", eps[0], 2.0, gap=1.5, slack=0.0, granted_at=ft.now - 0.28)
+    raised = gate.host("a").delay
+    assert raised[0] > 1.5 and "first requests" in changes[-1][4]["why"]
+    for ep in eps[1:5]:  # the others' second requests, clean at 1.6 s
+        ft.advance(0.3)
+        p.ok("a", 200, endpoint=ep.key, gap=1.6, granted_at=ft.now - 0.1, rate_held=False)
+    if host_shown:
+        ft.advance(0.3)
+        p.rate_limited("a", eps[5], 2.0, gap=2.0, slack=0.0, granted_at=ft.now - 0.1)
+        assert p._hosts["a"].attribution.host_shown_at == ft.now
+        assert gate.host("a").delay == raised  # too few host gaps yet to tell
+    for i in range(8):
+        ft.advance(0.3)
+        p.ok("a", 200, endpoint=eps[i].key, gap=raised[0] + 0.1, granted_at=ft.now - 0.1, rate_held=False)
+    back = [c[3] for c in changes if "spacing back" in c[3]]
+    assert bool(back) == host_shown
+    assert (gate.host("a").delay[0] < 1.5) == host_shown
+
+
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
     s = SpacingEstimator()
     band = s.raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W)

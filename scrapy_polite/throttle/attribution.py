@@ -63,9 +63,6 @@ MIN_CLEAN_GAPS = 8
 #: requests' host gaps fall at random, and one falls under the shortest of *k* about
 #: once in *k* + 1 429s.
 MIN_HOST_GAPS = 8
-#: Out of this many, a spacing raise whose 429 came at a shorter host gap is taken back, with no
-#: other signal needed (``ThrottlePolicy``).
-TAKE_BACK_GAPS = 16
 #: Fewer are enough for a host gap shorter than all of them to make an IP's run say nothing: a
 #: raise for a run cannot be taken back, and the first 429s come after a few clean requests.
 MIN_HOST_GAPS_RUN = 3
@@ -111,7 +108,7 @@ class Attribution:
     """One host's recent answers, kept as the evidence for the next signal."""
 
     __slots__ = ("limited", "clean_rates", "clean_gaps", "first_clean", "first_limited", "last_ambiguous",
-                 "clean_sent", "host_gaps", "host_gap_times", "spaced_at", "first_blamed")
+                 "clean_sent", "host_gaps", "host_gap_times", "host_shown_at", "first_blamed")
 
     def __init__(self) -> None:
         #: (time, endpoint key) of recent 429s, and (time, rate sent) of clean answers.
@@ -128,9 +125,10 @@ class Attribution:
         #: not make (it spaces requests itself, whatever the limit), gaps increasing (the shortest first).
         self.clean_sent: list[tuple[float, bool]] = []
         self.host_gaps: deque[tuple[float, float]] = deque()
-        #: When each of those gaps was seen, to count them; when a 429 last showed such a limit.
+        #: When each of those gaps was seen, to count them; when a 429 last showed a host-wide limit (such
+        #: a limit, or an IP gap failing as long as one answered cleanly).
         self.host_gap_times: deque[float] = deque()
-        self.spaced_at = -math.inf
+        self.host_shown_at = -math.inf
         #: When the requests went whose 429s the first requests' rule blamed on their IPs' gaps, and when it
         #: did: its premise is that no first request was limited, and a 429 comes back faster than a page,
         #: so one may still be on its way.
@@ -234,14 +232,15 @@ class Attribution:
             host_side = (f"sent {host_gap:.2f} s after the host's last request answered cleanly or unanswered, "
                          f"closer than any two clean ones ({answered:.2f} s)")
             if gap >= shortest_clean:
-                self.spaced_at = now
+                self.host_shown_at = now
                 return Verdict(HOST, host_side, spaced=answered)
             verdict = self._cheaper(endpoint, repeats, now, window, spacing_cost, rate_cost,
                                     "shorter than every clean gap", host_side)
             if verdict.blame == HOST:
-                verdict.spaced, self.spaced_at = answered, now
+                verdict.spaced, self.host_shown_at = answered, now
             return verdict
         if gap >= shortest_clean:
+            self.host_shown_at = now
             return Verdict(HOST, f"a {shortest_clean:.2f} s gap was answered cleanly")
         highest = max((r for _, r in self.clean_rates), default=0.0)
         at_most = min(sent, rate)

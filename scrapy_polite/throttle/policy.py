@@ -34,9 +34,7 @@ from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, same
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle.attribution import (
     HOST,
-    MIN_HOST_GAPS,
     PER_IP,
-    TAKE_BACK_GAPS,
     Attribution,
     spacing_held,
 )
@@ -277,8 +275,8 @@ class ThrottlePolicy:
         if granted_at is not None:
             p.concurrency.observe(now - granted_at)
         changes: list[str] = []
-        if p.spacing.raised_for and now - p.attribution.spaced_at < window:
-            changes += self._take_back_raise(p, host, TAKE_BACK_GAPS)
+        if p.spacing.raised_for and now - p.attribution.host_shown_at < window:
+            changes += self._take_back_raise(p, host)
         self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now, rate_held)
@@ -391,13 +389,14 @@ class ThrottlePolicy:
 
     # -- spacing (per-IP limits) ------------------------------------------------
 
-    def _take_back_raise(self, p: _HostPolicy, host: str, least: int = MIN_HOST_GAPS) -> list[str]:
+    def _take_back_raise(self, p: _HostPolicy, host: str) -> list[str]:
         """The last spacing raises go when their 429s came at host gaps a host-wide limit without a burst
-        refuses, as *least* host gaps between clean requests now show (the first 429s of a crawl come
-        before any host gap is known). Checked at each host-wide signal that shows such a limit, and,
-        within a window of one, at each clean answer out of more gaps (IPs in step send at host gaps
-        that drift, and an IP's 429 falls under the shortest by chance)."""
-        return self._take_back(p, host, lambda r: p.attribution.refuses(r.host_gap, least=least),
+        refuses, as ``MIN_HOST_GAPS`` host gaps between clean requests now show (the first 429s of a
+        crawl come before any host gap is known). Checked at each host-wide signal that shows such a
+        limit, and, within a window of any 429 that showed a host-wide limit, at each clean answer: the
+        host gaps come in slowly once a host rate is set (the gaps it makes say nothing), and meanwhile
+        a raise that stays bounds the narrowing, under the host's limit."""
+        return self._take_back(p, host, lambda r: p.attribution.refuses(r.host_gap),
                                "the 429s that raised it came at host gaps the host refuses")
 
     def _take_back_outweighed(self, p: _HostPolicy, host: str) -> list[str]:
