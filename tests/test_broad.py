@@ -175,8 +175,8 @@ def test_throttle_findings_survive_the_hosts_eviction() -> None:
 
 @pytest.mark.once
 def test_a_host_limit_probes_met_again_survives_the_hosts_eviction_with_its_hold() -> None:
-    # A steady limit met again by three probes is re-probed 48 s apart; seen again after an eviction,
-    # it is re-probed as rarely (not after the first 6 s hold, a 429 for nothing), and a limit that
+    # A steady limit met again by two probes is re-probed 48 s apart; seen again after an eviction,
+    # it is re-probed as rarely (not after the first 12 s hold, a 429 for nothing), and a limit that
     # fell keeps the probes that met it where it stood.
     clock = Clock()
     cfg = PoliteConfig.from_settings(Settings({"POLITE_PROXIES": ["http://10.0.0.1:80"], "POLITE_ADAPTIVE": True}))
@@ -184,17 +184,17 @@ def test_a_host_limit_probes_met_again_survives_the_hosts_eviction_with_its_hold
     policy = ThrottlePolicy(cfg, gate, clock=clock)
     ceiling = policy._policy("a").rate.ceiling
     ceiling.failed(4.0, clock.now, probe=False, climbed_fast=False)
-    for _ in range(3):
+    for _ in range(2):
         ceiling.failed(4.0, clock.now, probe=True, climbed_fast=False)
     hold = ceiling.hold(cfg.recovery_window)
-    assert hold == 48.0 and ceiling.confirmed == ceiling.peak_confirmed == 3
+    assert hold == 48.0 and ceiling.confirmed == ceiling.peak_confirmed == 2
     gate.release(lease(gate, "a"))
     clock.now += 10.0
     gate.sweep()
     assert "a" not in policy._hosts
     back = policy._policy("a").rate.ceiling
     assert back is not ceiling and back.level == 4.0 and back.hold(cfg.recovery_window) == hold
-    assert back.peak == 4.0 and back.peak_confirmed == 3
+    assert back.peak == 4.0 and back.peak_confirmed == 2
 
 
 # -- the scheduler queue ---------------------------------------------------------

@@ -15,6 +15,7 @@ from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.drain import Drained, IpRuns
 from scrapy_polite.throttle.policy import ThrottlePolicy, evidence_text
 from scrapy_polite.throttle.rate import (
+    FALLEN_HOLD,
     FOUND,
     HOLD_FIRST,
     HOLD_WINDOWS,
@@ -266,6 +267,36 @@ def test_after_a_429_that_shows_a_host_limit_clean_answers_take_back_a_raise_at_
     assert (gate.host("a").delay[0] < 1.5) == host_shown
 
 
+@pytest.mark.parametrize(("host_rate", "raised_after", "taken_back"),
+                         [(5.0, False, True), (3.0, False, False), (5.0, True, False)])
+def test_a_raise_made_before_the_hosts_limit_was_found_goes_once_the_spacing_keeps_the_pool_under_its_rate(
+        host_rate: float, raised_after: bool, taken_back: bool) -> None:
+    # A crawl's first 429s come before either limit is known: one blamed on an IP's gap raised the spacing to
+    # 1.9 s (8 IPs: 4.1 req/s). A host-wide limit found since holds the host at its own rate; above what the
+    # pool sends at that spacing, nothing would ever show the raise wrong (no 429 comes while the spacing keeps
+    # the pool under both). Under the pool's rate, or raised once the host's limit was known, it stays.
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for ep in eps[:5]:  # five IPs' first requests, clean
+        p.ok("a", 200, endpoint=ep.key, granted_at=ft.now, rate_held=False)
+        ft.advance(0.3)
+    search = p._hosts["a"].rate
+    if raised_after:
+        search.bad = 6.0
+    assert search.starting != raised_after
+    p.rate_limited("a", eps[0], 2.0, gap=1.5, slack=0.0, granted_at=ft.now - 0.28)
+    raised = gate.host("a").delay
+    assert raised[0] > 1.5 and "first requests" in changes[-1][4]["why"]
+    search.bad = 6.0  # a host-wide limit met since, at 6 req/s
+    gate.set_host_interval("a", 1 / host_rate)
+    ft.advance(0.3)
+    p.ok("a", 200, endpoint=eps[1].key, gap=2.5, granted_at=ft.now - 0.05, rate_held=True)
+    assert (gate.host("a").delay == (0.8, 1.6)) == taken_back
+    assert ("raised before the host's own limit was found" in changes[-1][3]) == taken_back
+    if not taken_back:
+        assert gate.host("a").delay == raised
+
+
 def test_spacing_without_adaptive_mode_is_never_narrower_than_configured_and_comes_back() -> None:
     s = SpacingEstimator()
     band = s.raised(1.0, (0.8, 1.6), 10.0, False, 0.0, W)
@@ -286,13 +317,13 @@ def test_a_ceiling_is_found_under_an_overshoot_met_again_by_probes_and_remembere
     assert c.level == 4.5 and c.at == 1.0 and not c.provisional
     assert c.failed(4.4, 3.0, probe=True, climbed_fast=False) == "" and c.level == 4.4  # a little under it
     assert c.failed(4.6, 4.0, probe=True, climbed_fast=False) == MET_AT  # a probe at or past it
-    assert c.confirmed == 2 and c.level == 4.4 and c.hold(W) == 8 * HOLD_FIRST and not c.fallen
+    assert c.confirmed == 2 and c.level == 4.4 and c.hold(W) == 4 * HOLD_FIRST and not c.fallen
     c.bound(4.2, 5.0)  # met under a host rate in force elsewhere: no higher than that
     assert c.level == 4.2 and c.at == 5.0
     c.bound(4.3, 6.0)
     assert c.level == 4.2
     assert c.failed(2.0, 5.0 + SETTLE, probe=False, climbed_fast=False) == ""  # far under, once it stood
-    assert c.fallen and c.peak == 4.4 and c.level == 2.0 and c.confirmed == 0 and c.hold(W) == HOLD_FIRST
+    assert c.fallen and c.peak == 4.4 and c.level == 2.0 and c.confirmed == 0 and c.hold(W) == FALLEN_HOLD
     c.passed(2.4)  # clean a step past it: nothing learnt
     assert c.level == 2.0
     assert c.back(20.0) == 4.4 and c.level == 4.4 and c.at == 20.0 and not c.fallen
@@ -306,7 +337,7 @@ def test_probes_that_met_a_limit_a_little_under_where_it_stood_count_for_it_when
     assert c.level == 5.9 and c.peak == 6.0 and c.peak_confirmed == 2
     c.failed(2.0, 40.0, probe=False, climbed_fast=False)  # it fell
     assert c.fallen and c.confirmed == 0
-    assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == 8 * HOLD_FIRST
+    assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == 4 * HOLD_FIRST
 
 
 def test_holds_and_parks_stay_at_their_caps_however_many_probes_and_parks_came_before() -> None:
@@ -330,6 +361,7 @@ def test_holds_and_parks_stay_at_their_caps_however_many_probes_and_parks_came_b
 
 def test_a_long_run_of_signals_steps_down_to_the_deepest_cut_and_no_further() -> None:
     r, rate = RateSearch(), 8.0
+    r.changed = 0.9  # the rate was just set (one answered cleanly for a while would start the run a step on)
     for i in range(20):  # a host answering 429 to everything, each a step deeper, never past the backoff
         new = r.limited(Signal(rate, rate, False, 0.01), 1.0 + i / 10)
         assert new == pytest.approx(max(rate / 1.1 ** min(RUN_GROWTH ** i, 2 ** RUN_STEPS), rate * 0.01))
@@ -352,8 +384,8 @@ def test_rate_falls_back_to_the_clean_rate_then_holds_briefly_then_probes() -> N
     assert r.limited(Signal(5.0, 5.0, False, 0.5)) == pytest.approx(4.0)  # the rate it climbed from
     r.changed = 1.0
     assert r.clean(4.0, 1.1, W, math.inf) == pytest.approx(4.4)  # two steps below the failure: a step up
-    assert r.clean(4.6, 1.0 + 2 * HOLD_FIRST - 0.1, W, math.inf) is KEEP  # one step below: hold (longer for a limit not seen to move)
-    assert r.clean(4.6, 1.0 + 2 * HOLD_FIRST + 0.1, W, math.inf) == pytest.approx(4.6 * 1.1)  # then probe
+    assert r.clean(4.6, 1.0 + HOLD_FIRST - 0.1, W, math.inf) is KEEP  # one step below: hold (longer for a limit not seen to move)
+    assert r.clean(4.6, 1.0 + HOLD_FIRST + 0.1, W, math.inf) == pytest.approx(4.6 * 1.1)  # then probe
 
 
 def test_the_search_explains_where_it_met_the_limit_and_how_long_it_holds_under_it() -> None:
@@ -363,11 +395,11 @@ def test_the_search_explains_where_it_met_the_limit_and_how_long_it_holds_under_
     assert r.explain(W) is None  # a first burst's rate, with no host rate in force: climbed past
     r.clean(4.0, 1.0, W, math.inf)
     r.limited(Signal(6.6, 6.6, False, 0.5), 2.0)
-    assert r.explain(W) == {"ceiling": 6.6, "fell_from": None, "holds_below": 6.6, "hold": 2 * HOLD_FIRST}
+    assert r.explain(W) == {"ceiling": 6.6, "fell_from": None, "holds_below": 6.6, "hold": HOLD_FIRST}
     assert r.explain(W, fast=False)["hold"] == W
     r.clean(6.0, 10.0, W, math.inf)
     r.limited(Signal(2.2, 2.2, False, 0.5), 10.0 + SETTLE)  # far under it, once it stood: the limit fell
-    assert r.explain(W) == {"ceiling": 2.2, "fell_from": 6.6, "holds_below": 2.2, "hold": HOLD_FIRST}
+    assert r.explain(W) == {"ceiling": 2.2, "fell_from": 6.6, "holds_below": 2.2, "hold": FALLEN_HOLD}
 
 
 def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several_windows() -> None:
@@ -378,13 +410,13 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
         r.limited(Signal(4.4, 4.4, False, 0.5), 100.0 * t + 1)
         holds.append(r.ceiling.hold(W))
     # A steady limit: re-probed more and more rarely (each probe is a 429), at most HOLD_WINDOWS windows apart.
-    assert holds == [HOLD_FIRST * 2, HOLD_FIRST * 4, HOLD_FIRST * 8, HOLD_FIRST * 16, W * HOLD_WINDOWS,
+    assert holds == [HOLD_FIRST, HOLD_FIRST * 2, HOLD_FIRST * 4, W * HOLD_WINDOWS, W * HOLD_WINDOWS,
                      W * HOLD_WINDOWS, W * HOLD_WINDOWS]
     assert r.ceiling.hold(W, fast=False) == W  # without adaptive mode: one window, always
     r.clean(4.0, 1000.0, W, math.inf)
     assert r.limited(Signal(4.4, 4.4, False, 0.5), 1001.0) == pytest.approx(4.4 / 1.05)  # just under the ceiling
     r.limited(Signal(2.0, 2.0, False, 0.5), 1010.0)  # far below it: the limit moved
-    assert r.ceiling.fallen and r.ceiling.hold(W) == HOLD_FIRST
+    assert r.ceiling.fallen and r.ceiling.hold(W) == FALLEN_HOLD
     # Without adaptive mode: a quarter window once fallen, so a cap that rises is found within it.
     assert r.ceiling.hold(W, fast=False) == W / 4
 
@@ -392,6 +424,7 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
 def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_not_end_the_run() -> None:
     r = RateSearch()
     assert r.clean(6.0, 0.0, W, math.inf) == pytest.approx(7.5)
+    r.changed = 0.0  # set then
     first = r.limited(Signal(7.5, 7.5, False, 0.5), 1.0)
     assert first == pytest.approx(6.0)
     assert r.clean(6.0, 1.2, W, math.inf) is KEEP
@@ -408,7 +441,7 @@ def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() ->
         r.changed = t - 0.5  # each signal set a new rate just before
         r.clean(rate, t, W, math.inf)
         r.limited(Signal(rate, rate, False, 0.5), t + 0.5)
-    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == HOLD_FIRST
 
 
 def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_is_probed_as_a_steady_one() -> None:
@@ -430,7 +463,7 @@ def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_i
         climb.append(rate)
     assert climb == pytest.approx([2.2, 2.42, 2.662, 6.6 / (1 + STEP)])
     assert not r.ceiling.fallen and r.ceiling.level == pytest.approx(6.6) and r.bad == pytest.approx(6.6) and not r.climbed_fast
-    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == 2 * HOLD_FIRST  # its own probes count from none
+    assert r.ceiling.confirmed == 0 and r.ceiling.hold(W) == HOLD_FIRST  # its own probes count from none
     r.changed = 13.5
     assert r.clean(6.0, 14.0, W, math.inf) is KEEP  # held a step under where it stood
     holds = []
@@ -439,7 +472,7 @@ def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_i
         assert r.clean(6.0, t, W, math.inf) == pytest.approx(6.6)  # past the hold: the probe
         r.limited(Signal(6.6, 6.6, False, 0.5), t + 0.5)  # meets the same ceiling
         holds.append(r.ceiling.hold(W))
-    assert holds == [4 * HOLD_FIRST, 8 * HOLD_FIRST, 16 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
+    assert holds == [2 * HOLD_FIRST, 4 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
 
 
 def fallen_in_steps_after_a_probe_met_it() -> RateSearch:
@@ -474,7 +507,7 @@ def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() 
         rate = r.clean(rate, 30.0 + t / 2, W, math.inf)
         climb.append(rate)
     assert climb == pytest.approx([3.025, 3.3275, 3.66025, 6.1 / (1 + STEP / 2)])
-    assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 4 * HOLD_FIRST
+    assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 2 * HOLD_FIRST
 
 
 def fall_before_any_probe(held: float) -> RateSearch:
@@ -490,7 +523,8 @@ def fall_before_any_probe(held: float) -> RateSearch:
     r.clean(4.9, 1.5, W, math.inf)
     for t, rate in ((6.0, 5.55), (6.3, 5.04), (6.6, 4.17), (7.0, 2.85)):  # one run: each a step deeper
         r.limited(Signal(rate, rate, False, 0.5), t)
-    assert r.fail_streak == 4 and r.ceiling.fallen and r.ceiling.level == pytest.approx(2.85)
+    # Held SETTLE seconds, the rate's first 429 starts the run as at its second signal: the limit moved.
+    assert r.fail_streak == 4 + (held >= SETTLE) and r.ceiling.fallen and r.ceiling.level == pytest.approx(2.85)
     return r
 
 
@@ -509,8 +543,8 @@ def test_a_rate_the_host_answered_only_briefly_before_a_run_of_signals_is_not_wh
     assert r.ceiling.peak == pytest.approx(4.17)
 
 
-def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_under_not_closer() -> None:
-    # The cap fell from 6.6 to 2.2 req/s: it may come back, and a rise is found within a quarter window
+def test_a_fallen_limit_is_re_probed_every_few_seconds_and_held_a_step_under_not_closer() -> None:
+    # The cap fell from 6.6 to 2.2 req/s: it may come back, and a rise is found within FALLEN_HOLD seconds
     # until STEADY probes met the same ceiling. Holding 5% under 2.2 (2.1) would be past a 2.05 cap.
     r = RateSearch()
     r.clean(6.0, 0.0, W, math.inf, fast=False)
@@ -524,7 +558,7 @@ def test_a_fallen_limit_is_re_probed_within_a_quarter_window_and_held_a_step_und
         assert r.clean(2.0, t, W, math.inf) == pytest.approx(2.2)  # past the hold: the probe
         after.append(r.limited(Signal(2.2, 2.2, False, 0.5), t + 0.5))  # meets the same ceiling
         holds.append(r.ceiling.hold(W))
-    assert holds == [W / 4, W / 4, W / 4, W / 2, W]
+    assert holds == [FALLEN_HOLD, FALLEN_HOLD, FALLEN_HOLD, 2 * FALLEN_HOLD, 4 * FALLEN_HOLD]
     assert after == [pytest.approx(2.0)] * 5  # a step under, not 5% under
     assert r.ceiling.hold(W, fast=False) == W / 4
 
@@ -587,7 +621,7 @@ def test_a_failure_under_a_slow_start_overshoot_finds_the_limit_and_is_not_a_mov
     assert r.ceiling.level == pytest.approx(3.125) and not r.ceiling.fallen and r.bad == pytest.approx(3.125)
     r.changed = 2.0
     assert r.clean(2.9, 3.0, W, math.inf) is KEEP  # held one step under 3.125, for a steady limit's hold
-    assert r.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert r.ceiling.hold(W) == HOLD_FIRST
 
 
 def test_a_probe_past_the_ceiling_that_stays_clean_climbs_by_slow_start_steps() -> None:
@@ -964,9 +998,9 @@ def test_a_host_rate_change_carries_what_the_search_knows_of_the_limit() -> None
     assert evidence["blame"] == HOST and evidence["gap"] is None and evidence["slack"] is None
     assert evidence["host_limit"]["ceiling"] == pytest.approx(rate, rel=1e-3)
     assert evidence["host_limit"]["holds_below"] == pytest.approx(rate, rel=1e-3)
-    assert evidence["host_limit"]["hold"] == 2 * HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
+    assert evidence["host_limit"]["hold"] == HOLD_FIRST and evidence["host_limit"]["fell_from"] is None
     text = evidence_text(evidence)
-    assert "gap never, Retry-After 2 s" in text and f"host limit met at {rate:.2f} req/s" in text and f"holds below {rate:.2f} req/s for 6 s, then probes past it" in text
+    assert "gap never, Retry-After 2 s" in text and f"host limit met at {rate:.2f} req/s" in text and f"holds below {rate:.2f} req/s for {HOLD_FIRST:g} s, then probes past it" in text
 
 
 def test_the_log_line_tells_a_fallen_limit_and_a_clean_answers_host_limit() -> None:
@@ -1468,15 +1502,15 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
     once = RateSearch()
     once.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
     climb_past(once, 10.0)
-    assert not once.ceiling.fallen and once.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert not once.ceiling.fallen and once.ceiling.hold(W) == HOLD_FIRST
     again = RateSearch()
     again.limited(Signal(2.5, 2.5, False, 0.5), 1.0)
     again.changed = 10.0 - again.ceiling.hold(W) - 0.1
     assert again.clean(2.3, 10.0, W, math.inf) == pytest.approx(2.3 * (1 + STEP))  # the probe
     again.limited(Signal(2.53, 2.53, False, 0.5), 10.5)  # meets the same ceiling
-    assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 4 * HOLD_FIRST
+    assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 2 * HOLD_FIRST
     climb_past(again, 40.0)
-    assert not again.ceiling.fallen and again.ceiling.confirmed == 0 and again.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert not again.ceiling.fallen and again.ceiling.confirmed == 0 and again.ceiling.hold(W) == HOLD_FIRST
 
 
 # -- per-IP allowances (token buckets) ------------------------------------------------------------------
@@ -1638,9 +1672,11 @@ def test_a_host_rate_from_the_shortest_answered_host_gap() -> None:
     assert RateSearch().limited(Signal(None, 6.0, False, 0.5, spaced=0.5), 2.0) == pytest.approx(6.0 / (1 + STEP))
     # A host rate in force: a run's deeper cut stops there.
     r = RateSearch()
+    r.changed = 0.9
     r.limited(Signal(12.0, 12.0, False, 0.5), 1.0)
     assert r.limited(Signal(12.0, 12.0, False, 0.5), 1.1) == pytest.approx(12.0 / 1.1 ** RUN_GROWTH)
     r = RateSearch()
+    r.changed = 0.9
     r.limited(Signal(12.0, 12.0, False, 0.5), 1.0)
     assert r.limited(Signal(12.0, 12.0, False, 0.5, spaced=0.1), 1.1) == pytest.approx(1 / (0.1 * (1 + SPACED)))
 

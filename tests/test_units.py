@@ -19,6 +19,7 @@ from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_fi
 from scrapy_polite.settings.config import PoliteConfig
 from scrapy_polite.throttle.extension import _crawl_delay
 from scrapy_polite.throttle.policy import ThrottlePolicy
+from scrapy_polite.throttle.rate import HOLD_FIRST
 from scrapy_polite.throttle.spacing import CLOSE, MARGIN
 from scrapy_polite.throttle.spacing import STEP as SPACING_STEP
 
@@ -398,7 +399,7 @@ def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(failed / 1.1)
-    ft.advance(1.5)  # the first hold of a limit not seen to move (6 s) later: probe past it
+    ft.advance(7.5)  # the first hold of a limit not seen to move (12 s from the last step) later: probe past it
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(failed)
 
@@ -425,7 +426,7 @@ def test_host_rate_steps_down_further_with_each_signal_in_a_row_and_reprobes_soo
     failed = expected * 2
     held = rate(gate)
     assert held < failed <= held * 1.1 + 1e-9
-    ft.advance(10)  # far below where it failed before: the limit moved, half a window is enough
+    ft.advance(HOLD_FIRST + 0.5)  # the limit's first hold later, within a window: a probe past it
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(held * 1.1)
 

@@ -277,6 +277,8 @@ class ThrottlePolicy:
         changes: list[str] = []
         if p.spacing.raised_for and now - p.attribution.host_shown_at < window:
             changes += self._take_back_raise(p, host)
+        if p.spacing.raised_for and not p.rate.starting:
+            changes += self._take_back_under_rate(p, host)
         self._follow_fleet(p, host, now)
         if sent_at > p.rate.changed:
             changes += self._rate_step(p, host, now, rate_held)
@@ -399,6 +401,19 @@ class ThrottlePolicy:
         return self._take_back(p, host, lambda r: p.attribution.refuses(r.host_gap),
                                "the 429s that raised it came at host gaps the host refuses")
 
+    def _take_back_under_rate(self, p: _HostPolicy, host: str) -> list[str]:
+        """The last spacing raises made before the host's own limit was found go once the host rate in
+        force is above what the pool sends at the spacing: their 429s may have been that limit's (a
+        crawl's first ones come before either limit is known), and a raise that stays then holds the
+        pool under the host's rate with nothing to show it wrong (no 429 comes while the spacing keeps
+        the pool under both). A per-IP limit meets the narrowing again, and that raise stays."""
+        h = self.gate.host(host)
+        if h.interval <= 0 or self._pool_rate(h) * h.interval >= 1:
+            return []
+        return self._take_back(p, host, lambda r: not r.host_known,
+                               "raised before the host's own limit was found, and the pool's spacing keeps it "
+                               "under the host rate")
+
     def _take_back_outweighed(self, p: _HostPolicy, host: str) -> list[str]:
         """The last spacing raise goes after ``OUTWEIGHED`` host-wide signals since, each at a host gap
         a host-wide limit without a burst refuses (``SpacingEstimator.outweighed``)."""
@@ -425,7 +440,8 @@ class ThrottlePolicy:
         cfg = self.config
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
-                                reach=not probe, sent_at=sent_at, host_gap=host_gap)
+                                reach=not probe, sent_at=sent_at, host_gap=host_gap,
+                                host_known=not p.rate.starting)
         if band is None:
             return []
         self._set_delay(p, host, band)

@@ -24,14 +24,16 @@ STEP = 0.1
 #: slow start doubles per round trip; a crawl of a small site lasts seconds, and an
 #: overshoot costs one 429 and a step back).
 START_STEP = 0.25
-#: Adaptive mode's first hold below a rate that failed, seconds, while the host's
-#: limit is seen to have fallen (twice this otherwise: each probe of a steady limit
-#: costs a 429); each probe that meets the same ceiling doubles it, up to
-#: ``HOLD_WINDOWS`` recovery windows. While the limit has fallen, the hold stays within
-#: ``1 / MOVED_SHARE`` of a window (a limit that fell may come back: a rise is found
-#: within it) until ``STEADY`` probes met the same ceiling, then doubles from there.
-#: A limit back where it was before it fell is re-probed as a steady one.
-HOLD_FIRST = 3.0
+#: Adaptive mode's first hold below a steady limit, seconds: each probe past it costs a 429 and a
+#: step back, and the hold one step under it gives up a few percent. Each probe that meets the same
+#: ceiling doubles it, up to ``HOLD_WINDOWS`` recovery windows.
+HOLD_FIRST = 12.0
+#: Adaptive mode's hold below a limit seen to have fallen, seconds: a limit that fell may come back,
+#: and a rise is found at the next probe (a few clean answers then climb back to where it stood),
+#: so a cap that rises again is used within about ten seconds. Once ``STEADY`` probes met the same
+#: ceiling, the hold doubles from there, as a steady limit's. A limit back where it was before it
+#: fell is re-probed as a steady one.
+FALLEN_HOLD = 6.0
 STEADY = 3
 #: A steady limit, confirmed probe after probe, is re-probed at most this many
 #: ``POLITE_RECOVERY_WINDOW`` apart: each probe costs a 429, and the hold just under it
@@ -131,8 +133,8 @@ class Ceiling:
             return window / (MOVED_SHARE if fallen else 1)
         longest = window * HOLD_WINDOWS
         if fallen:
-            longest = doubling(window / MOVED_SHARE, max(0, self.confirmed - STEADY), longest)
-        return doubling(HOLD_FIRST, self.confirmed + (not fallen), longest)
+            return doubling(FALLEN_HOLD, max(0, self.confirmed - STEADY), longest)
+        return doubling(HOLD_FIRST, self.confirmed, longest)
 
     def met_again(self, level: float) -> None:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:
@@ -295,8 +297,12 @@ class RateSearch:
         accepted = s.accepted
         # Requests as far apart as the shortest answered host gap go through (``Signal.spaced``).
         spaced = None if s.spaced is None else 1 / (s.spaced * (1 + SPACED))
+        first, settled = self.fail_streak == 0, now - self.changed >= SETTLE
         if s.rate is not None:
-            self.fail_streak += 1
+            # A host rate answered cleanly for ``SETTLE`` seconds, not a probe's: the limit moved under
+            # it, and the run starts as at its second signal (a limit that fell to a third is under the
+            # rate by the run's second 429, not its third).
+            self.fail_streak += 1 + (first and settled and not probe)
             if self.good is not None and self.good < s.rate:
                 new = self.good
             else:
@@ -329,7 +335,6 @@ class RateSearch:
         if s.rate is None:
             self.ceiling.provisional = False  # a burst with no host rate says little about where the limit is
         else:
-            first, settled = self.fail_streak == 1, now - self.changed >= SETTLE
             how, level = self.ceiling.failed(failed, now, probe, self.climbed_fast, first, settled), self.ceiling.level
             if how == FOUND:
                 self.bad_found = False  # neither noise nor a move: the limit

@@ -65,12 +65,14 @@ Band = tuple[float, float]
 class Raise(NamedTuple):
     """A raise kept to be taken back: when the request that drew it went, its host gap then (the
     seconds since the host's previous request answered cleanly or still unanswered; ``None``: not
-    known), and the longest failing gap and the band before it."""
+    known), the longest failing gap and the band before it, and whether a host-wide limit was known
+    then (before one is, a 429 may be either's)."""
 
     sent_at: float
     host_gap: float | None
     bad_before: float
     band_before: Band
+    host_known: bool = True
 
 
 class SpacingEstimator:
@@ -157,10 +159,11 @@ class SpacingEstimator:
         return gap * (1 + MARGIN)
 
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
-               reach: bool = True, sent_at: float | None = None, host_gap: float | None = None) -> Band | None:
+               reach: bool = True, sent_at: float | None = None, host_gap: float | None = None,
+               host_known: bool = True) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
-        see :meth:`target`; *sent_at*: when the request that failed went, and *host_gap* its host gap,
-        kept to take the raise back)."""
+        see :meth:`target`; *sent_at*: when the request that failed went, *host_gap* its host gap and
+        *host_known* whether a host-wide limit was known, kept to take the raise back)."""
         before = self.bad_gap
         self._failed(gap)
         lo, hi = band
@@ -174,7 +177,7 @@ class SpacingEstimator:
         self.raises += self.streak == 0
         self.streak += 1
         if sent_at is not None:
-            self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band)]
+            self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band, host_known)]
             self.host_signals = 0
         return (new_lo, new_hi)
 
@@ -185,7 +188,8 @@ class SpacingEstimator:
         window, and a wrong one costs the pool up to half the host's rate meanwhile."""
         band = None
         while self.raised_for and hosts(self.raised_for[-1]):
-            *_, self.bad_gap, band = self.raised_for.pop()
+            last = self.raised_for.pop()
+            self.bad_gap, band = last.bad_before, last.band_before
             self.streak = max(0, self.streak - 1)
             self.raises = max(0, self.raises - 1)
         if band is not None and not self.raises:
