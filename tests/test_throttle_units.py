@@ -433,6 +433,29 @@ def test_signals_in_a_run_step_down_further_and_a_request_slipping_through_does_
     assert r.limited(Signal(5.0, 5.0, False, 0.1), 1.5) == pytest.approx(5.0 / 1.1 ** RUN_GROWTH ** 2)
 
 
+def test_a_429_at_a_rate_answered_cleanly_for_a_while_starts_its_run_as_at_its_second_signal() -> None:
+    # The host answered 5.8 req/s cleanly for 12 s, held there a step under its ceiling (6.1), when its cap
+    # fell to 2: the limit moved under the rate, and a one-step cut only costs one more 429 on the way down.
+    def held_at(rate: float, since: float) -> RateSearch:
+        r = RateSearch()
+        r.clean(rate, since - 1.0, W, math.inf)
+        r.changed = since
+        r.clean(rate, 20.0, W, math.inf)
+        return r
+
+    r = held_at(5.8, 8.0)
+    assert r.limited(Signal(5.8, 5.8, False, 0.5), 20.0) == pytest.approx(5.8 / 1.1 ** RUN_GROWTH)
+    # Its next 429 in the run steps as the third: under the fallen cap at once (here the backoff's floor).
+    assert r.limited(Signal(3.96, 3.96, False, 0.5), 20.2) == pytest.approx(3.96 * 0.5)
+    # A rate set just now (a climb's step) that draws a 429: the one step it climbed, as before.
+    r = held_at(5.8, 20.0 - SETTLE / 2)
+    assert r.limited(Signal(5.8, 5.8, False, 0.5), 20.0) == pytest.approx(5.8 / 1.1)
+    # A probe past a hold is expected to meet the limit: not a move.
+    r = held_at(5.8, 8.0)
+    r.probing = True
+    assert r.limited(Signal(5.8, 5.8, False, 0.5), 20.0) == pytest.approx(5.8 / 1.1)
+
+
 def test_a_drop_through_the_ceiling_is_not_a_probe_and_keeps_the_hold_short() -> None:
     r = RateSearch()
     r.clean(6.0, 0.0, W, math.inf)
