@@ -175,9 +175,9 @@ def test_throttle_findings_survive_the_hosts_eviction() -> None:
 
 @pytest.mark.once
 def test_a_host_limit_probes_met_again_survives_the_hosts_eviction_with_its_hold() -> None:
-    # A steady limit met again by two probes is re-probed 48 s apart; seen again after an eviction,
-    # it is re-probed as rarely (not after the first 12 s hold, a 429 for nothing), and a limit that
-    # fell keeps the probes that met it where it stood.
+    # A steady limit met again by two probes is re-probed 80 s apart (four windows); seen again after an
+    # eviction, it is re-probed as rarely (not after the first 6 s hold, a 429 for nothing), and a limit
+    # that fell keeps the probes that met it where it stood.
     clock = Clock()
     cfg = PoliteConfig.from_settings(Settings({"POLITE_PROXIES": ["http://10.0.0.1:80"], "POLITE_ADAPTIVE": True}))
     gate = make_gate(clock)
@@ -187,7 +187,7 @@ def test_a_host_limit_probes_met_again_survives_the_hosts_eviction_with_its_hold
     for _ in range(2):
         ceiling.failed(4.0, clock.now, probe=True, climbed_fast=False)
     hold = ceiling.hold(cfg.recovery_window)
-    assert hold == 48.0 and ceiling.confirmed == ceiling.peak_confirmed == 2
+    assert hold == 80.0 and ceiling.confirmed == ceiling.peak_confirmed == 2
     gate.release(lease(gate, "a"))
     clock.now += 10.0
     gate.sweep()

@@ -317,7 +317,7 @@ def test_a_ceiling_is_found_under_an_overshoot_met_again_by_probes_and_remembere
     assert c.level == 4.5 and c.at == 1.0 and not c.provisional
     assert c.failed(4.4, 3.0, probe=True, climbed_fast=False) == "" and c.level == 4.4  # a little under it
     assert c.failed(4.6, 4.0, probe=True, climbed_fast=False) == MET_AT  # a probe at or past it
-    assert c.confirmed == 2 and c.level == 4.4 and c.hold(W) == 4 * HOLD_FIRST and not c.fallen
+    assert c.confirmed == 2 and c.level == 4.4 and c.hold(W) == W * HOLD_WINDOWS and not c.fallen
     c.bound(4.2, 5.0)  # met under a host rate in force elsewhere: no higher than that
     assert c.level == 4.2 and c.at == 5.0
     c.bound(4.3, 6.0)
@@ -337,7 +337,7 @@ def test_probes_that_met_a_limit_a_little_under_where_it_stood_count_for_it_when
     assert c.level == 5.9 and c.peak == 6.0 and c.peak_confirmed == 2
     c.failed(2.0, 40.0, probe=False, climbed_fast=False)  # it fell
     assert c.fallen and c.confirmed == 0
-    assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == 4 * HOLD_FIRST
+    assert c.back(50.0) == 6.0 and c.confirmed == 2 and c.hold(W) == W * HOLD_WINDOWS
 
 
 def test_holds_and_parks_stay_at_their_caps_however_many_probes_and_parks_came_before() -> None:
@@ -410,7 +410,7 @@ def test_a_probe_that_meets_the_same_ceiling_doubles_the_next_hold_up_to_several
         r.limited(Signal(4.4, 4.4, False, 0.5), 100.0 * t + 1)
         holds.append(r.ceiling.hold(W))
     # A steady limit: re-probed more and more rarely (each probe is a 429), at most HOLD_WINDOWS windows apart.
-    assert holds == [HOLD_FIRST, HOLD_FIRST * 2, HOLD_FIRST * 4, W * HOLD_WINDOWS, W * HOLD_WINDOWS,
+    assert holds == [HOLD_FIRST, HOLD_FIRST * 4, W * HOLD_WINDOWS, W * HOLD_WINDOWS, W * HOLD_WINDOWS,
                      W * HOLD_WINDOWS, W * HOLD_WINDOWS]
     assert r.ceiling.hold(W, fast=False) == W  # without adaptive mode: one window, always
     r.clean(4.0, 1000.0, W, math.inf)
@@ -495,7 +495,7 @@ def test_a_fallen_limit_that_came_back_resumes_a_step_under_where_it_stood_and_i
         assert r.clean(6.0, t, W, math.inf) == pytest.approx(6.6)  # past the hold: the probe
         r.limited(Signal(6.6, 6.6, False, 0.5), t + 0.5)  # meets the same ceiling
         holds.append(r.ceiling.hold(W))
-    assert holds == [2 * HOLD_FIRST, 4 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
+    assert holds == [4 * HOLD_FIRST, W * HOLD_WINDOWS, W * HOLD_WINDOWS, W * HOLD_WINDOWS, W * HOLD_WINDOWS]
 
 
 def fallen_in_steps_after_a_probe_met_it() -> RateSearch:
@@ -530,7 +530,7 @@ def test_a_limit_back_where_a_probe_met_it_before_it_fell_resumes_as_it_stood() 
         rate = r.clean(rate, 30.0 + t / 2, W, math.inf)
         climb.append(rate)
     assert climb == pytest.approx([3.025, 3.3275, 3.66025, 6.1 / (1 + STEP / 2)])
-    assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert not r.ceiling.fallen and r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 4 * HOLD_FIRST
 
 
 def fall_before_any_probe(held: float) -> RateSearch:
@@ -1221,7 +1221,7 @@ def test_a_cut_elsewhere_from_the_known_ceiling_doubles_the_hold_here_as_a_probe
     first = r.ceiling.hold(W)
     assert r.follow(3.03, 8.0)  # another process's probe ...
     assert r.follow(2.88, 8.5)  # ... met it again and cut
-    assert r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 2 * first and r.ceiling.peak == pytest.approx(3.03)
+    assert r.ceiling.confirmed == 1 and r.ceiling.hold(W) == 4 * first and r.ceiling.peak == pytest.approx(3.03)
     assert r.follow(1.5, 20.0) and r.ceiling.confirmed == 1  # a cut from far under it is no probe of it
     assert r.follow(1.0, 25.0) and r.ceiling.fallen  # the limit fell there: here too, its probes come often
 
@@ -1531,7 +1531,7 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
     again.changed = 10.0 - again.ceiling.hold(W) - 0.1
     assert again.clean(2.3, 10.0, W, math.inf) == pytest.approx(2.3 * (1 + STEP))  # the probe
     again.limited(Signal(2.53, 2.53, False, 0.5), 10.5)  # meets the same ceiling
-    assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 2 * HOLD_FIRST
+    assert again.ceiling.confirmed == 1 and again.ceiling.hold(W) == 4 * HOLD_FIRST
     climb_past(again, 40.0)
     assert not again.ceiling.fallen and again.ceiling.confirmed == 0 and again.ceiling.hold(W) == HOLD_FIRST
 

@@ -399,7 +399,7 @@ def test_adaptive_host_rate_slow_start_fallback_hold_and_probe() -> None:
         ft.advance(1)
         policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(failed / 1.1)
-    ft.advance(7.5)  # the first hold of a limit not seen to move (12 s from the last step) later: probe past it
+    ft.advance(1.5)  # the first hold of a limit not seen to move (6 s) later: probe past it
     policy.ok("a", 200, granted_at=ft.now)
     assert rate(gate) == pytest.approx(failed)
 

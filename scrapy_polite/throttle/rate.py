@@ -24,10 +24,13 @@ STEP = 0.1
 #: slow start doubles per round trip; a crawl of a small site lasts seconds, and an
 #: overshoot costs one 429 and a step back).
 START_STEP = 0.25
-#: Adaptive mode's first hold below a steady limit, seconds: each probe past it costs a 429 and a
-#: step back, and the hold one step under it gives up a few percent. Each probe that meets the same
-#: ceiling doubles it, up to ``HOLD_WINDOWS`` recovery windows.
-HOLD_FIRST = 12.0
+#: Adaptive mode's first hold below a steady limit, seconds: its first probe checks a ceiling one
+#: 429 found (a step low, when requests sent at the rate arrived bunched) and, met again, holds half
+#: a step closer under it. Each later probe finds nothing unless the limit moved, and costs a 429
+#: and a step back: each one that meets the same ceiling doubles the next hold ``HOLD_DOUBLINGS``
+#: times (four times as long), up to ``HOLD_WINDOWS`` recovery windows.
+HOLD_FIRST = 6.0
+HOLD_DOUBLINGS = 2
 #: Adaptive mode's hold below a limit seen to have fallen, seconds: a limit that fell may come back,
 #: and a rise is found at the next probe (a few clean answers then climb back to where it stood),
 #: so a cap that rises again is used within about ten seconds. Once ``STEADY`` probes met the same
@@ -134,7 +137,7 @@ class Ceiling:
         longest = window * HOLD_WINDOWS
         if fallen:
             return doubling(FALLEN_HOLD, max(0, self.confirmed - STEADY), longest)
-        return doubling(HOLD_FIRST, self.confirmed, longest)
+        return doubling(HOLD_FIRST, HOLD_DOUBLINGS * self.confirmed, longest)
 
     def met_again(self, level: float) -> None:
         """A probe (here or in another process sharing the host) met the ceiling again at *level*:
