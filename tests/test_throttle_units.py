@@ -10,7 +10,7 @@ from test_units import config, make_gate
 
 from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.sandbox.common import TokenBucket
-from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution
+from scrapy_polite.throttle.attribution import HOST, PER_IP, Attribution, Verdict
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.drain import Drained, IpRuns
 from scrapy_polite.throttle.policy import ThrottlePolicy, evidence_text
@@ -895,6 +895,77 @@ def test_a_first_request_limited_with_one_the_first_requests_rule_blamed_on_its_
         b.clean(4.8, i * 0.2, W)
     b.decide("e1", 1.6, 0.4, math.inf, 5.0, 1.6, W, spacing_cost=0.3, rate_cost=0.09, granted_at=1.55)
     assert b.decide("e2", math.inf, math.inf, math.inf, 5.0, 4.0, W, granted_at=3.9).unfounded == ()
+
+
+class _Preset(Attribution):
+    """Attribution whose next signals get preset verdicts, in order: the rule under test, not the evidence."""
+
+    __slots__ = ("verdicts",)
+
+    def __init__(self, *verdicts: Verdict) -> None:
+        super().__init__()
+        self.verdicts = list(verdicts)
+
+    def decide(self, *args: object, **kwargs: object) -> Verdict:
+        return self.verdicts.pop(0)
+
+
+def _verdicts(p: ThrottlePolicy, host: str, *verdicts: Verdict) -> None:
+    p._policy(host).attribution = _Preset(*verdicts)
+
+
+def test_host_rate_cuts_whose_429s_came_at_ip_gaps_a_spacing_raise_keeps_apart_are_taken_back() -> None:
+    # A crawl's first 429s, before the spacing finds a per-IP limit, may look host-wide (several IPs at
+    # once while the rate climbs): the cuts they made held the host at a fraction of what its IPs allow.
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for _ in range(6):  # the slow start climbs
+        p.ok("a", 200, gap=1.0, granted_at=ft.now)
+        ft.advance(0.2)
+    climbed = gate.host("a").interval
+    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
+    p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
+    ft.advance(0.1)
+    p.rate_limited("a", eps[1], 2.0, gap=0.9, slack=0.0, granted_at=ft.now - 0.1)
+    assert gate.host("a").interval > climbed * 1.5
+    ft.advance(0.3)
+    p.rate_limited("a", eps[2], 2.0, gap=0.95, slack=0.0, granted_at=ft.now - 0.1)  # per-IP: above 0.95 now
+    assert gate.host("a").delay[0] > 0.95
+    assert gate.host("a").interval == pytest.approx(climbed)
+    assert "IP gaps the spacing now keeps apart" in changes[-1][3]
+    assert p._policy("a").rate.starting  # the search is back in its slow start
+
+
+def test_a_host_rate_cut_at_an_ip_gap_the_raised_spacing_still_allows_stays() -> None:
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for _ in range(6):
+        p.ok("a", 200, gap=1.0, granted_at=ft.now)
+        ft.advance(0.2)
+    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
+    p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
+    ft.advance(0.1)
+    p.rate_limited("a", eps[1], 2.0, gap=1.6, slack=0.0, granted_at=ft.now - 0.1)  # a gap no spacing explains
+    cut = gate.host("a").interval
+    ft.advance(0.3)
+    p.rate_limited("a", eps[2], 2.0, gap=0.95, slack=0.0, granted_at=ft.now - 0.1)
+    assert 0.95 < gate.host("a").delay[0] < 1.6
+    assert gate.host("a").interval == cut
+    assert not any("keeps apart" in c[3] for c in changes)
+
+
+def test_an_ambiguous_per_ip_probe_takes_no_host_rate_cut_back() -> None:
+    p, gate, ft, changes = policy(True)
+    eps = [st.endpoint for st in gate.endpoints.values()]
+    for _ in range(6):
+        p.ok("a", 200, gap=1.0, granted_at=ft.now)
+        ft.advance(0.2)
+    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(PER_IP, "probe", ambiguous=True))
+    p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
+    cut = gate.host("a").interval
+    ft.advance(0.4)
+    p.rate_limited("a", eps[1], 2.0, gap=0.9, slack=0.0, granted_at=ft.now - 0.1)
+    assert gate.host("a").delay[0] > 0.9 and gate.host("a").interval == cut
 
 
 def test_a_first_request_limited_with_it_takes_back_the_raise_the_first_requests_rule_made() -> None:

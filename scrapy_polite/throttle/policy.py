@@ -40,8 +40,8 @@ from scrapy_polite.throttle.attribution import (
 )
 from scrapy_polite.throttle.concurrency import ConcurrencyModel
 from scrapy_polite.throttle.drain import IpRuns
-from scrapy_polite.throttle.rate import KEEP, STEP, RateSearch, Signal
-from scrapy_polite.throttle.spacing import MARGIN, Raise, SpacingEstimator
+from scrapy_polite.throttle.rate import KEEP, STEP, Cut, RateSearch, Signal
+from scrapy_polite.throttle.spacing import MARGIN, TAKE_BACK, Raise, SpacingEstimator
 from scrapy_polite.throttle.traffic import Traffic
 
 if TYPE_CHECKING:
@@ -85,6 +85,8 @@ class _HostPolicy:
     concurrency: ConcurrencyModel = field(default_factory=ConcurrencyModel)
     attribution: Attribution = field(default_factory=Attribution)
     runs: IpRuns = field(default_factory=IpRuns)
+    #: The last host-rate cuts, oldest first, kept to be taken back (``ThrottlePolicy._take_back_cuts``).
+    cuts: list[Cut] = field(default_factory=list)
     #: What moved concurrency in the decision being made: "cut" (a signal that points at
     #: concurrency), "fit" (rate x latency), "clean window"; the event line says which.
     concurrency_cause: str | None = None
@@ -216,13 +218,15 @@ class ThrottlePolicy:
         elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent,
                                            host_gap=host_gap)
+            if changes and not verdict.ambiguous:
+                changes += self._take_back_cuts(p, host, now)
         else:
             if verdict.spaced is not None:
                 changes += self._take_back_raise(p, host) or self._take_back_outweighed(p, host)
             if verdict.unfounded:
                 changes += self._take_back(p, host, lambda r: r.sent_at in verdict.unfounded,
                                            "a first request was limited with the one that raised it")
-            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status, verdict.spaced)
+            changes += self._host_signal(p, host, endpoint, delay, sent, sent_at, now, status, verdict.spaced, gap)
             if not cfg.adaptive or gate.host(host).limit <= 1:
                 # Without adaptive mode a host-wide signal halves concurrency (once per
                 # recovery window: a burst of 429s is one signal); a per-IP one never does.
@@ -414,6 +418,22 @@ class ThrottlePolicy:
                                "raised before the host's own limit was found, and the pool's spacing keeps it "
                                "under the host rate")
 
+    def _take_back_cuts(self, p: _HostPolicy, host: str, now: float) -> list[str]:
+        """The last host-rate cuts whose 429s came within a window, at IP gaps the spacing just raised
+        keeps apart, go: the per-IP limit explains them (a crawl's first 429s, before the spacing finds
+        its limit, often look host-wide: several IPs limited at once while the rate climbs). A cut that
+        stays holds the host under a limit it does not have, the ceiling it set for seconds. The search
+        goes back to where it stood before the first of them."""
+        low, window = self.gate.host(host).delay[0], self.config.recovery_window
+        taken: Cut | None = None
+        while p.cuts and p.cuts[-1].gap < low and now - p.cuts[-1].at < window:
+            taken = p.cuts.pop()
+        if taken is None:
+            return []
+        p.rate = taken.search
+        change = self._set_rate(p, host, taken.rate, now)
+        return [f"{change}: the 429s that cut it came at IP gaps the spacing now keeps apart"]
+
     def _take_back_outweighed(self, p: _HostPolicy, host: str) -> list[str]:
         """The last spacing raise goes after ``OUTWEIGHED`` host-wide signals since, each at a host gap
         a host-wide limit without a burst refuses (``SpacingEstimator.outweighed``)."""
@@ -479,7 +499,7 @@ class ThrottlePolicy:
 
     def _host_signal(
         self, p: _HostPolicy, host: str, endpoint: Endpoint, delay: float, sent: float, sent_at: float, now: float,
-        status: int, spaced: float | None = None,
+        status: int, spaced: float | None = None, gap: float = math.inf,
     ) -> list[str]:
         """A signal not explained by the endpoint's spacing: the host's total rate."""
         cfg, gate = self.config, self.gate
@@ -496,8 +516,11 @@ class ThrottlePolicy:
             rate_in_force = min(1 / h.interval, self._pool_rate(h)) if h.interval > 0 else None
             signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor, p.traffic.accepted(sent, rate_in_force),
                             spaced)
+            before = p.rate.copy()
             new = p.rate.limited(signal, now)
             if new is not KEEP:
+                if math.isfinite(gap) and not gate.shared:
+                    p.cuts = [*p.cuts[1 - TAKE_BACK:], Cut(now, gap, 1 / h.interval if h.interval > 0 else None, before)]
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
         else:
             logger.debug("scrapy-polite: %s %s via %s answered for by the host rate cut since it was sent "

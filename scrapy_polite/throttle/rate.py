@@ -10,8 +10,10 @@ was keeps it short for a few probes (a limit that fell may come back).
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.state import same
@@ -244,6 +246,12 @@ class RateSearch:
         #: other processes sharing the host hold under.
         self.met: tuple[float, bool] | None = None
 
+    def copy(self) -> RateSearch:
+        """This search as it stands, to go back to (``Cut``)."""
+        kept = copy.copy(self)
+        kept.ceiling = copy.copy(self.ceiling)
+        return kept
+
     def _hold_under(self, level: float, found: bool) -> None:
         """Hold a step under *level*, a rate the limit was met at (*found*: under a host rate in
         force), without probing past it yet."""
@@ -427,6 +435,17 @@ class RateSearch:
     def starting(self) -> bool:
         """Whether no host-wide limit was found yet (slow start)."""
         return self.ceiling.level is None and self.bad is None
+
+
+class Cut(NamedTuple):
+    """A host-rate cut kept to be taken back, should a per-IP limit found later explain its 429: when it
+    came, the IP gap its request went at, the host rate before it (``None``: none) and the search as it
+    stood then."""
+
+    at: float
+    gap: float
+    rate: float | None
+    search: RateSearch
 
 
 def _round(rate: float | None) -> float | None:
