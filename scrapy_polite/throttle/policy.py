@@ -213,8 +213,9 @@ class ThrottlePolicy:
             assert drained is not None
             evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
-            changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True,
-                                           sent_at=host_sent, host_gap=host_gap)
+            bound = max(drained.pace, band[0])
+            changes += self._raise_spacing(p, host, bound, now, probe=True, run=True, sent_at=host_sent,
+                                           host_gap=host_gap, failed=p.spacing.derived(bound, gap))
         elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent,
                                            host_gap=host_gap)
@@ -453,7 +454,8 @@ class ThrottlePolicy:
         return [f"spacing back: {why}"]
 
     def _raise_spacing(self, p: _HostPolicy, host: str, gap: float, now: float, probe: bool = False,
-                       run: bool = False, sent_at: float | None = None, host_gap: float | None = None) -> list[str]:
+                       run: bool = False, sent_at: float | None = None, host_gap: float | None = None,
+                       failed: float | None = None) -> list[str]:
         """Put the spacing band just above *gap*, which was too short for the site (*probe*: an
         ambiguous signal, weighed at a raise to a clean gap near it or just above it, gets no more;
         *run*: *gap* is the seconds per request an IP's run needed, see :mod:`~scrapy_polite.throttle.drain`)."""
@@ -461,7 +463,7 @@ class ThrottlePolicy:
         ceiling = DELAY_CEILING * cfg.host_limits(host).delay[1]
         band = p.spacing.raised(gap, self.gate.host(host).delay, ceiling, cfg.adaptive, now, cfg.recovery_window,
                                 reach=not probe, sent_at=sent_at, host_gap=host_gap,
-                                host_known=not p.rate.starting)
+                                host_known=not p.rate.starting, failed=failed)
         if band is None:
             return []
         self._set_delay(p, host, band)

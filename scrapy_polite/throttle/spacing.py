@@ -16,10 +16,12 @@ MARGIN = 0.03
 REACH = 0.5
 #: With no clean gap near, a guess at where the limit lies: ``REACH`` above the gap without
 #: adaptive mode (nothing narrows a guess too high back), in adaptive mode ``GUESS_FIRST`` above
-#: it, twice, then doubling with each raise in a row (a search that doubles its step, as for a
-#: limit far above the band), up to ``GUESS_MAX``; a narrowing ends the run. A limit is often
+#: it, three times, then doubling with each raise in a row (a search that doubles its step, as for
+#: a limit far above the band), up to ``GUESS_MAX``; a narrowing ends the run. A limit is often
 #: just past a failing gap (the site counts gaps between arrivals, which differ a little from
-#: those sent), so the first guess is small and the second no bigger.
+#: those sent), so the first guess is small and the next two no bigger: a guess past the limit
+#: costs every IP its overshoot until the narrowing is back under it (a step per spacing), one
+#: more guess only the IP that meets it.
 GUESS_FIRST = 0.25
 GUESS_MAX = 1.0
 #: Adaptive narrowing per spacing, of the delay (``STEP``; once a failing gap is
@@ -154,20 +156,36 @@ class SpacingEstimator:
         if (reach or back) and known <= gap * (1 + REACH):
             return max(gap * (1 + MARGIN), known)
         if reach:
-            guess = doubling(GUESS_FIRST, max(0, self.streak - 1), GUESS_MAX) if back else REACH
+            guess = doubling(GUESS_FIRST, max(0, self.streak - 2), GUESS_MAX) if back else REACH
             return gap * (1 + max(MARGIN, guess))
         return gap * (1 + MARGIN)
 
+    @staticmethod
+    def _bisected(gap: float, clean: float) -> float:
+        """Where a raise goes between *gap*, which failed, and the shortest *clean* gap above it, once a
+        failing gap was known before (a narrowing between the two failed): halfway, at most a
+        ``BISECT_STEP`` under the clean gap, as the narrowing would after the hold; the clean gap itself
+        when within ``CLOSE`` of the failing one. A search's first failure goes back to the clean gap:
+        the requests a narrowing sent past the limit are still coming back."""
+        low = gap * (1 + MARGIN)
+        if clean * CLOSE <= gap:
+            return clean
+        return max(low, min(clean * BISECT_STEP, (clean + low) / 2))
+
     def raised(self, gap: float, band: Band, ceiling: float, adaptive: bool, now: float, window: float,
                reach: bool = True, sent_at: float | None = None, host_gap: float | None = None,
-               host_known: bool = True) -> Band | None:
+               host_known: bool = True, failed: float | None = None) -> Band | None:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
         see :meth:`target`; *sent_at*: when the request that failed went, *host_gap* its host gap and
-        *host_known* whether a host-wide limit was known, kept to take the raise back)."""
+        *host_known* whether a host-wide limit was known, kept to take the raise back; *failed*: the gap
+        that failed, when *gap* is only a bound derived from it, see :meth:`derived`)."""
         before = self.bad_gap
-        self._failed(gap)
+        self._failed(gap if failed is None else failed)
         lo, hi = band
-        new_lo = min(self.target(gap, now, window, reach, back=adaptive), ceiling)
+        new_lo = self.target(gap, now, window, reach, back=adaptive)
+        if adaptive and before > 0 and new_lo == self.shortest_clean(now, window):
+            new_lo = self._bisected(gap, new_lo)
+        new_lo = min(new_lo, ceiling)
         if new_lo <= lo:
             return None
         new_hi = new_lo * (1 + MIN_JITTER)
@@ -180,6 +198,15 @@ class SpacingEstimator:
             self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band, host_known)]
             self.host_signals = 0
         return (new_lo, new_hi)
+
+    @staticmethod
+    def derived(bound: float, gap: float) -> float | None:
+        """What a raise to a *bound* an IP's run derived, failed at *gap*, says failed: the bound (the
+        narrowing stays above it), or, when it is more than ``REACH`` above the gap, only the gap
+        (``None``: it failed). Such a bound counts time the IP's bucket may have been full in (a run
+        from a slow start's long gaps, whose tokens overflowed): it holds the raise, and the narrowing
+        searches back down from there once its hold is over, as after a guess."""
+        return gap if bound > gap * (1 + REACH) else None
 
     def taken_back(self, hosts: Callable[[Raise], bool]) -> Band | None:
         """The last raises *hosts* says were the host's doing, not a per-IP limit's (their requests went
