@@ -916,16 +916,22 @@ def _verdicts(p: ThrottlePolicy, host: str, *verdicts: Verdict) -> None:
     p._policy(host).attribution = _Preset(*verdicts)
 
 
+def _climbing(*verdicts: Verdict):
+    """An adaptive policy whose host "a" climbs its slow start on six clean answers, its next signals
+    getting *verdicts*; also returns the gate's endpoints."""
+    p, gate, ft, changes = policy(True)
+    for _ in range(6):
+        p.ok("a", 200, gap=1.0, granted_at=ft.now)
+        ft.advance(0.2)
+    _verdicts(p, "a", *verdicts)
+    return p, gate, ft, changes, [st.endpoint for st in gate.endpoints.values()]
+
+
 def test_host_rate_cuts_whose_429s_came_at_ip_gaps_a_spacing_raise_keeps_apart_are_taken_back() -> None:
     # A crawl's first 429s, before the spacing finds a per-IP limit, may look host-wide (several IPs at
     # once while the rate climbs): the cuts they made held the host at a fraction of what its IPs allow.
-    p, gate, ft, changes = policy(True)
-    eps = [st.endpoint for st in gate.endpoints.values()]
-    for _ in range(6):  # the slow start climbs
-        p.ok("a", 200, gap=1.0, granted_at=ft.now)
-        ft.advance(0.2)
+    p, gate, ft, changes, eps = _climbing(Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
     climbed = gate.host("a").interval
-    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
     p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
     ft.advance(0.1)
     p.rate_limited("a", eps[1], 2.0, gap=0.9, slack=0.0, granted_at=ft.now - 0.1)
@@ -939,12 +945,7 @@ def test_host_rate_cuts_whose_429s_came_at_ip_gaps_a_spacing_raise_keeps_apart_a
 
 
 def test_a_host_rate_cut_at_an_ip_gap_the_raised_spacing_still_allows_stays() -> None:
-    p, gate, ft, changes = policy(True)
-    eps = [st.endpoint for st in gate.endpoints.values()]
-    for _ in range(6):
-        p.ok("a", 200, gap=1.0, granted_at=ft.now)
-        ft.advance(0.2)
-    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
+    p, gate, ft, changes, eps = _climbing(Verdict(HOST, "host"), Verdict(HOST, "host"), Verdict(PER_IP, "ip"))
     p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
     ft.advance(0.1)
     p.rate_limited("a", eps[1], 2.0, gap=1.6, slack=0.0, granted_at=ft.now - 0.1)  # a gap no spacing explains
@@ -957,12 +958,7 @@ def test_a_host_rate_cut_at_an_ip_gap_the_raised_spacing_still_allows_stays() ->
 
 
 def test_an_ambiguous_per_ip_probe_takes_no_host_rate_cut_back() -> None:
-    p, gate, ft, changes = policy(True)
-    eps = [st.endpoint for st in gate.endpoints.values()]
-    for _ in range(6):
-        p.ok("a", 200, gap=1.0, granted_at=ft.now)
-        ft.advance(0.2)
-    _verdicts(p, "a", Verdict(HOST, "host"), Verdict(PER_IP, "probe", ambiguous=True))
+    p, gate, ft, changes, eps = _climbing(Verdict(HOST, "host"), Verdict(PER_IP, "probe", ambiguous=True))
     p.rate_limited("a", eps[0], 2.0, gap=0.8, slack=0.0, granted_at=ft.now - 0.1)
     cut = gate.host("a").interval
     ft.advance(0.4)
