@@ -1650,6 +1650,21 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
 # -- per-IP allowances (token buckets) ------------------------------------------------------------------
 
 
+def test_a_run_after_a_retry_after_its_bucket_may_have_filled_in_says_the_lower_of_its_two_paces() -> None:
+    # 2 req/s per IP, burst 1, Retry-After 2 s: the bucket is full half a second into the wait and turns
+    # the rest away. Counted as refilled, the run said 0.58 s a request, and the spacing stayed there.
+    runs = IpRuns()
+    runs.clean("e1", math.inf, 0.52)
+    runs.limited("e1", 0.45)
+    runs.clean("e1", 2.5, 0.52)  # the Retry-After waited out
+    for _ in range(25):
+        runs.clean("e1", 0.51, 0.52)
+    drained = runs.limited("e1", 0.51, 0.52)
+    assert drained is not None and drained.clean == 26
+    assert drained.pace == pytest.approx((25 * 0.51 + 0.51) / 25)  # as from a full bucket at the first request
+    assert drained.pace < (2.5 + 25 * 0.51 + 0.51) / 27
+
+
 def test_an_ips_run_says_how_long_it_took_per_clean_request() -> None:
     runs = IpRuns()
     runs.clean("e1", math.inf, 1.6)  # the IP's first request: its bucket is full, the run starts

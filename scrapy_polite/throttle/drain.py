@@ -11,7 +11,10 @@ or take one: the time per clean request and one more is the least spacing that
 can drain nothing, and a long run narrows it down to the spacing that drains
 nothing. A run from the IP's first request began with a full bucket, at least
 two tokens when it was answered at a gap as short as the one it was refused at:
-the time per clean request but one.
+the time per clean request but one. A run from a 429 counts the Retry-After its
+IP waited out, over which the bucket may have filled and turned tokens away
+(which the count takes as spent): it says the lower of its pace and the pace of
+a run from a full bucket at its first request after the wait.
 
 The time is the sum of the run's gaps, each measured from the IP's previous
 request to the host by anyone: a process sharing the pool with others
@@ -51,6 +54,9 @@ class _Run:
     #: it idled; such a run counts that request). One that began at a 429 counts none yet until
     #: its first request, which waited out the Retry-After.
     full: bool = False
+    #: The gap of a run that began at a 429 to its first request: the Retry-After waited out, over
+    #: which the bucket may have filled (0: none yet, or a run that did not begin at a 429).
+    wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,8 @@ class IpRuns:
             # The IP's first request, or one after it idled: its bucket may be full, and the run starts here.
             self.runs[key] = _Run(1, full=True)
             return
+        if after_limit:
+            run.wait = gap
         run.clean += 1
         run.gaps += gap
         run.shortest = min(run.shortest, gap)
@@ -101,6 +109,11 @@ class IpRuns:
         strict = gap < run.shortest
         spent = run.clean + (-int(not strict) if run.full else 1)
         pace = (run.gaps + gap) / spent
+        if run.wait > 0 and run.clean > int(not strict):
+            # Its bucket may have filled during the Retry-After (and turned tokens away, which the count
+            # above takes as spent): then the run began full at its first request. One of the two holds,
+            # so the allowance needs at least the lower of the two paces.
+            pace = min(pace, (run.gaps - run.wait + gap) / (run.clean - int(not strict)))
         # The run's gaps: one per request after its first (a full run's first has none counted).
         sent_pace = (run.gaps + gap) / (run.clean + (not run.full))
         if run.clean < MIN_RUN and sent_pace <= band_hi * (1 + AT_BAND):
