@@ -129,7 +129,8 @@ async def test_a_hanging_proxy_gives_its_host_slot_back_within_the_stall_timeout
 
 @pytest_twisted.ensureDeferred
 async def test_a_proxy_that_dies_and_comes_back_is_used_again(sandbox, tmp_path) -> None:
-    sb = sandbox(SandboxConfig(sites=[site(pages=40, latency=[0.1, 0.2])], proxies=ProxyConfig(count=3, auth=FAULT_AUTH),
+    # 60 pages: the crawl goes on for seconds after the proxy is back (and its backoff's re-check).
+    sb = sandbox(SandboxConfig(sites=[site(pages=60, latency=[0.1, 0.2])], proxies=ProxyConfig(count=3, auth=FAULT_AUTH),
                                failures=[FailureSpec(proxy=0, mode="die", at=1.0),
                                          FailureSpec(proxy=0, mode="recover", at=3.0)], max_runtime=120))
     run = await fault_crawl(Catalogue, {
@@ -137,7 +138,7 @@ async def test_a_proxy_that_dies_and_comes_back_is_used_again(sandbox, tmp_path)
         "CLOSESPIDER_TIMEOUT": 40,
     }, tmp_path / "crawl.log", start_url=sb.site_url("a"))
     revived = sb.proxy_exit_ips[0]
-    log = every_page_once(run, sb, 40, undelivered_ips=(revived,))
+    log = every_page_once(run, sb, 60, undelivered_ips=(revived,))
     t0 = min(e["t_start"] for e in log)
     assert any(e["ip"] == revived and e["t_start"] < t0 + 1.0 for e in log)
     assert len([e for e in log if e["ip"] == revived and e["t_start"] > t0 + 3.0]) >= 3  # back in use
