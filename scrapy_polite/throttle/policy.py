@@ -213,9 +213,8 @@ class ThrottlePolicy:
             assert drained is not None
             evidence["run_gap"] = round(drained.pace, 4)
             # A run that says no more than the spacing in force gives was sent at it: that spacing failed.
-            bound = max(drained.pace, band[0])
-            changes += self._raise_spacing(p, host, bound, now, probe=True, run=True, sent_at=host_sent,
-                                           host_gap=host_gap, failed=p.spacing.derived(bound, gap))
+            changes += self._raise_spacing(p, host, max(drained.pace, band[0]), now, probe=True, run=True,
+                                           sent_at=host_sent, host_gap=host_gap, failed=gap)
         elif verdict.blame == PER_IP:
             changes += self._raise_spacing(p, host, gap, now, probe=verdict.ambiguous, sent_at=host_sent,
                                            host_gap=host_gap)
@@ -518,10 +517,11 @@ class ThrottlePolicy:
             rate_in_force = min(1 / h.interval, self._pool_rate(h)) if h.interval > 0 else None
             signal = Signal(rate_in_force, sent, wide, cfg.backoff_factor, p.traffic.accepted(sent, rate_in_force),
                             spaced)
-            before = p.rate.copy()
+            # Kept to be taken back, should a per-IP limit explain it (not with a shared state).
+            before = p.rate.copy() if math.isfinite(gap) and not gate.shared else None
             new = p.rate.limited(signal, now)
             if new is not KEEP:
-                if math.isfinite(gap) and not gate.shared:
+                if before is not None:
                     p.cuts = [*p.cuts[1 - TAKE_BACK:], Cut(now, gap, 1 / h.interval if h.interval > 0 else None, before)]
                 rate.append(self._set_rate(p, host, new, now))  # type: ignore[arg-type]
         else:

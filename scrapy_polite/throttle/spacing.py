@@ -178,9 +178,12 @@ class SpacingEstimator:
         """The band just above *gap*, which was too short (``None``: the band already is; *reach*:
         see :meth:`target`; *sent_at*: when the request that failed went, *host_gap* its host gap and
         *host_known* whether a host-wide limit was known, kept to take the raise back; *failed*: the gap
-        that failed, when *gap* is only a bound derived from it, see :meth:`derived`)."""
+        that failed, when *gap* is only a bound an IP's run derived from it)."""
         before = self.bad_gap
-        self._failed(gap if failed is None else failed)
+        # A bound more than ``REACH`` above the gap that failed may count time the IP's bucket sat full
+        # (a run from a slow start's long gaps, whose tokens overflowed): it holds the raise, but only
+        # the gap counts as failed, and the narrowing searches back down once its hold is over.
+        self._failed(failed if failed is not None and gap > failed * (1 + REACH) else gap)
         lo, hi = band
         new_lo = self.target(gap, now, window, reach, back=adaptive)
         if adaptive and before > 0 and new_lo == self.shortest_clean(now, window):
@@ -198,15 +201,6 @@ class SpacingEstimator:
             self.raised_for = [*self.raised_for[1 - TAKE_BACK:], Raise(sent_at, host_gap, before, band, host_known)]
             self.host_signals = 0
         return (new_lo, new_hi)
-
-    @staticmethod
-    def derived(bound: float, gap: float) -> float | None:
-        """What a raise to a *bound* an IP's run derived, failed at *gap*, says failed: the bound (the
-        narrowing stays above it), or, when it is more than ``REACH`` above the gap, only the gap
-        (``None``: it failed). Such a bound counts time the IP's bucket may have been full in (a run
-        from a slow start's long gaps, whose tokens overflowed): it holds the raise, and the narrowing
-        searches back down from there once its hold is over, as after a guess."""
-        return gap if bound > gap * (1 + REACH) else None
 
     def taken_back(self, hosts: Callable[[Raise], bool]) -> Band | None:
         """The last raises *hosts* says were the host's doing, not a per-IP limit's (their requests went
