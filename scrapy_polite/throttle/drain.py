@@ -11,7 +11,12 @@ or take one: the time per clean request and one more is the least spacing that
 can drain nothing, and a long run narrows it down to the spacing that drains
 nothing. A run from the IP's first request began with a full bucket, at least
 two tokens when it was answered at a gap as short as the one it was refused at:
-the time per clean request but one. A run from a 429 counts the Retry-After its
+the time per clean request but one. Sites count the gaps between arrivals,
+tens of milliseconds off those sent: such a run shows a burst only when a gap
+clearly shorter was answered (in it or on another IP), or its last few gaps
+were as short; else a bucket of one met a little early explains the 429, and
+the run, whose bucket may have sat full through a slow start's long gaps,
+says no more than its gap. A run from a 429 counts the Retry-After its
 IP waited out, over which the bucket may have filled and turned tokens away
 (which the count takes as spent): it says the lower of its pace and the pace of
 a run from a full bucket at its first request after the wait.
@@ -41,6 +46,10 @@ IDLE = 3.0
 #: run short: a per-IP allowance with a Retry-After shorter than its refill.)
 MIN_RUN = 3
 AT_BAND = 0.1
+#: A site counts the gaps between arrivals, which differ from the gaps sent by tens of milliseconds (a
+#: proxy's hop, a loaded event loop): a 429 at a gap within this share of one answered cleanly may be a
+#: bucket of one met a little early, not a burst spent.
+JITTER = 0.05
 
 
 @dataclass(slots=True)
@@ -57,6 +66,8 @@ class _Run:
     #: The gap of a run that began at a 429 to its first request: the Retry-After waited out, over
     #: which the bucket may have filled (0: none yet, or a run that did not begin at a 429).
     wait: float = 0.0
+    #: Its last ``MIN_RUN`` clean gaps (not the Retry-After waited out).
+    recent: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +105,14 @@ class IpRuns:
         run.clean += 1
         run.gaps += gap
         run.shortest = min(run.shortest, gap)
+        if not after_limit:
+            run.recent = (*run.recent[1 - MIN_RUN:], gap)
 
-    def limited(self, key: str, gap: float, band_hi: float = 0.0) -> Drained | None:
+    def limited(self, key: str, gap: float, band_hi: float = 0.0, answered: float = math.inf) -> Drained | None:
         """A 429 to a request through *key* sent *gap* after the IP's previous one, with the spacing in
-        force up to *band_hi*: the run it ended (``None``: none known, no gap, or too short to say
-        anything, see ``MIN_RUN``). The IP's next run starts here."""
+        force up to *band_hi* and *answered* the shortest gap answered cleanly on any IP: the run it ended
+        (``None``: none known, no gap, or too short to say anything, see ``MIN_RUN``). The IP's next run
+        starts here."""
         run = self.runs.get(key)
         self.runs[key] = _Run()
         if run is None or run.clean <= 0 or not math.isfinite(gap):
@@ -118,4 +132,11 @@ class IpRuns:
         sent_pace = (run.gaps + gap) / (run.clean + (not run.full))
         if run.clean < MIN_RUN and sent_pace <= band_hi * (1 + AT_BAND):
             return None
+        clearly = gap >= min(run.shortest, answered) * (1 + JITTER)
+        paced = len(run.recent) >= MIN_RUN - 1 and max(run.recent) <= gap * (1 + JITTER)
+        if run.full and not (clearly or paced):
+            # A run from a full bucket with no gap clearly shorter answered anywhere, nor a few in a row as
+            # short: a bucket of one met a little early explains the 429 as well as a burst spent, and the
+            # run's time counts gaps its bucket may have sat full in (a slow start's, a wider band's).
+            pace = gap
         return Drained(pace, run.clean, run.shortest, strict)

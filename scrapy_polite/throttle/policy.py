@@ -184,7 +184,7 @@ class ThrottlePolicy:
         # IPs within a moment: weighed again, they would look like a host-wide limit (unless the IP's
         # run, held by its spacing, says its allowance needs more than the raise gave).
         band = gate.host(host).delay
-        drained = p.runs.limited(endpoint.key, gap, band[1])
+        drained = p.runs.limited(endpoint.key, gap, band[1], p.spacing.shortest_clean(now, cfg.recovery_window))
         short = (drained is None or drained.strict or not spacing_held(gap, slack)
                  or drained.pace * (1 + MARGIN) <= band[0])
         if short and p.spacing.answered(gap, sent_at, band):
