@@ -1672,16 +1672,18 @@ def test_climbing_past_a_ceiling_is_no_fall_and_the_next_ceiling_counts_its_own_
 def test_a_run_from_a_full_bucket_says_more_than_its_gap_only_once_a_burst_shows() -> None:
     # A slow start's long gaps, then the narrowed band, and a 429 at 0.53 s, 2% over a gap answered in the
     # run: a bucket of one met a little early (sites count arrival gaps, tens of milliseconds off those
-    # sent) explains it, and the run's 1.6 s at the slow start's gaps, its bucket full most of it, would say
-    # 0.77 s as a burst spent. It says the gap.
+    # sent) explains it, and the run's 4.9 s, most of them at the slow start's gaps with its bucket full,
+    # would say about 1 s as a burst spent. It says the gap.
     slow_start = (1.13, 1.15, 1.0, 0.52, 0.6)
 
-    def run(*gaps: float, failed: float = 0.53, answered: float = math.inf) -> Drained | None:
+    def run(*gaps: float, answered: float = math.inf) -> Drained:
         runs = IpRuns()
         runs.clean("e1", math.inf, 0.53)
         for gap in gaps:
             runs.clean("e1", gap, 1.6)
-        return runs.limited("e1", failed, 0.53, answered)
+        drained = runs.limited("e1", 0.53, 0.53, answered)
+        assert drained is not None
+        return drained
 
     assert run(*slow_start).pace == pytest.approx(0.53)
     assert run(*slow_start, answered=0.52).pace == pytest.approx(0.53)
