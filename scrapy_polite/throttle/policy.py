@@ -183,15 +183,15 @@ class ThrottlePolicy:
         # The requests a band too narrow sent before its raise come back limited together, on several
         # IPs within a moment: weighed again, they would look like a host-wide limit (unless the IP's
         # run, held by its spacing, says its allowance needs more than the raise gave).
-        band = gate.host(host).delay
-        drained = p.runs.limited(endpoint.key, gap, band[1], p.spacing.shortest_clean(now, cfg.recovery_window))
+        band, window = gate.host(host).delay, cfg.recovery_window
+        shortest_clean = p.spacing.shortest_clean(now, window)
+        drained = p.runs.limited(endpoint.key, gap, band[1], shortest_clean)
         short = (drained is None or drained.strict or not spacing_held(gap, slack)
                  or drained.pace * (1 + MARGIN) <= band[0])
         if short and p.spacing.answered(gap, sent_at, band):
             logger.debug("scrapy-polite: %s %s via %s answered for by the spacing raised since it was sent "
                          "(gap %.2f s, spacing now %.2f-%.2f s)", host, status, endpoint.label, gap, *band)
             return
-        window = cfg.recovery_window
         # What explaining the 429 by the IP's gap would cost: the spacing a probe of it raises to.
         spacing_cost, rate_cost = self._costs(host, sent, p.spacing.target(gap, now, window, reach=False, back=cfg.adaptive))
         interval = gate.host(host).interval
@@ -199,7 +199,7 @@ class ThrottlePolicy:
         # A site refuses before its upstream answers: the pages asked for just before this may be unanswered.
         host_gap = p.attribution.host_gap(host_sent, None if host_sent is None else gate.granted_before(host, host_sent))
         verdict = p.attribution.decide(
-            endpoint.key, gap, slack, p.spacing.shortest_clean(now, window), sent, now, window,
+            endpoint.key, gap, slack, shortest_clean, sent, now, window,
             spacing_cost, rate_cost, 1 / interval if interval > 0 else math.inf, drained, host_sent, host_gap,
         )
         # With no gap known (the endpoint's first request to the host) the slack measured nothing.
