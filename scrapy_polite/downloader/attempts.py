@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.downloader import answers, failures
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.proxy_meta import REVISES_KEY
-from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, Verdict
-from scrapy_polite.downloader.retry_after import cooldown
+from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, TARGET_ERROR, Verdict
+from scrapy_polite.downloader.retry_after import cooldown, parse_retry_after
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from scrapy_polite.runtime import Runtime
 
 logger = logging.getLogger(__name__)
+
+#: A site's answers that say it is overloaded (bad gateway, unavailable, gateway timeout, and the
+#: 529 some services use): the package re-queues them after a cooldown, within the rate budget,
+#: where Scrapy's RetryMiddleware would retry them at once and then drop the page.
+OVERLOAD_CODES = frozenset({502, 503, 504, 529})
 
 
 class Attempts:
@@ -104,17 +109,26 @@ class Attempts:
             self.blame.endpoint_failed(lease, verdict.reason)
             return self.recorder.requeue(request, "proxy", lease, response=response)
         if verdict.kind == RATE_LIMITED:
-            delay = self.cooldown(headers.get(b"Retry-After"))
-            self.blame.rate_limited(lease, status, delay, verdict.proxy_side)
+            header = headers.get(b"Retry-After")
+            delay = self.cooldown(header)
+            self.blame.rate_limited(lease, status, delay, verdict.proxy_side, parse_retry_after(header), headers)
             return self.recorder.requeue(
                 request, "rate", lease, response=response, delay=delay, proxy_side=verdict.proxy_side
             )
         self.blame.answered(lease)
         if verdict.kind in STRONG:
             return self._flagged(request, response, lease, verdict, status)
-        if self.runtime.throttle is not None:
-            self.runtime.throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at,
-                                     rate_held=lease.rate_held, endpoint=lease.endpoint.key)
+        throttle = self.runtime.throttle
+        if verdict.kind == TARGET_ERROR and status >= 500:
+            # The site is overloaded, not limiting: never a clean answer; the page goes again later.
+            if throttle is not None:
+                throttle.overloaded(lease.host, lease.endpoint, status, granted_at=lease.granted_at)
+            if status in OVERLOAD_CODES:
+                return self.recorder.requeue(request, "overload", lease, response=response,
+                                             delay=self.cooldown(None))
+        elif throttle is not None:
+            throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at,
+                        rate_held=lease.rate_held, endpoint=lease.endpoint.key, headers=headers)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

@@ -46,17 +46,24 @@ class Blame:
         self.gate.endpoint_ok(lease.endpoint.key)
         self.evidence.success(lease.endpoint.key, lease.host)
 
-    def rate_limited(self, lease: Lease, status: int | None, delay: float, proxy_side: bool) -> None:
-        """A rate signal: the proxy's cools its endpoint; the site's goes to the throttle (or cools the pair)."""
+    def rate_limited(
+        self, lease: Lease, status: int | None, delay: float, proxy_side: bool,
+        retry_after: float | None = None, headers: object = None,
+    ) -> None:
+        """A rate signal: the proxy's cools its endpoint; the site's goes to the throttle (or cools the pair).
+
+        *retry_after* is what the site stated: the pair waits all of it, even past the request's *delay*.
+        """
         ep = lease.endpoint
         if proxy_side:
             self.gate.cool_endpoint(ep.key, None, delay)
         elif self.runtime.throttle is not None:
             self.runtime.throttle.rate_limited(
-                lease.host, ep, delay, status, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at
+                lease.host, ep, delay, status or 429, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at,
+                retry_after=retry_after, headers=headers,
             )
         else:
-            self.gate.cool_endpoint(ep.key, lease.host, delay)
+            self.gate.cool_endpoint(ep.key, lease.host, max(delay, retry_after or 0.0))
 
     def banned(self, lease: Lease, status: int) -> None:
         """A ban: the endpoint rests for this host only, ``POLITE_BAN_DURATION`` seconds."""

@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 #: The verdict recorded for an attempt re-queued (or given up) as each kind.
 REQUEUE_VERDICTS = {
     "rate": RATE_LIMITED, "proxy": PROXY_ERROR, "ban": BAN, "challenge": CHALLENGE, "timeout": TARGET_ERROR,
+    "overload": TARGET_ERROR,
 }
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from scrapy_polite.settings.config import PoliteConfig
 
 #: Re-queue kinds whose trigger is the site's own answer, which a spider may ask to see.
-SITE_ANSWERS = frozenset({"rate", "ban", "challenge"})
+SITE_ANSWERS = frozenset({"rate", "overload", "ban", "challenge"})
 REQUEUE = "requeue"
 #: Its budget for this kind is spent: given up.
 SPENT = "spent"
@@ -34,6 +34,8 @@ class Budgets:
     ban: int
     timeout: int
     challenge: int = 3
+    #: An overloaded site's 502/503/504 (its own budget, as large as the rate signals').
+    overload: int = 10
 
     @classmethod
     def from_config(cls, config: PoliteConfig) -> Budgets:
@@ -43,6 +45,7 @@ class Budgets:
             ban=min(2, config.proxy_retry_times),
             timeout=config.timeout_retry_times,
             challenge=config.challenge_retry_times,
+            overload=config.rate_retry_times,
         )
 
     def of(self, kind: str) -> int:

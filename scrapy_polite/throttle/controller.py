@@ -1,0 +1,350 @@
+"""One host's rate controller: samples in, limits out (the law is ``docs/throttle.md``).
+
+The site is modelled by one number, the rate it accepts from the pool. Every
+answer is a sample. A rate signal (429, a configured code, 503 with
+Retry-After) or an overload signal (5xx from several IPs, latency well above
+the host's baseline) cuts the rate to ``beta`` times the rate the site was
+seen to accept, once per round trip. Clean answers grow it back on a CUBIC
+curve toward the rate that failed, and past it, only while that rate is in use;
+a failed probe's cost (the Retry-After it idles an IP or the host for) sets how
+rarely the curve comes back to it. The spacing of each IP, the host interval
+and the concurrency all follow from the one rate, so per-IP and host-wide
+limits need no telling apart while IPs are loaded evenly.
+
+Pure: no gate, no clock of its own. :mod:`~scrapy_polite.throttle.policy`
+feeds it and applies what it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from statistics import median
+
+from scrapy_polite.throttle.params import DEFAULT, Params
+from scrapy_polite.throttle.quota import Quota
+
+OK, RATE, OVERLOAD, CHALLENGE = "ok", "rate", "overload", "challenge"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the user configured for a host, and the pool it is crawled through."""
+
+    ips: int
+    band: tuple[float, float]
+    adaptive: bool
+    floor: float
+    concurrency: int
+    concurrency_max: int
+
+    def band_rate(self) -> float:
+        """Requests per second the pool sends at the configured band."""
+        mean = sum(self.band) / 2
+        return self.ips / mean if mean > 0 else math.inf
+
+    def max_rate(self) -> float:
+        """The fastest rate allowed: the pool at the spacing floor (adaptive) or at the band."""
+        if not self.adaptive:
+            return self.band_rate()
+        return self.ips / self.floor if self.floor > 0 else math.inf
+
+    def min_rate(self) -> float:
+        """The slowest: one request per four of the band's longest spacings, host-wide."""
+        return 1 / (4 * max(self.band[1], 1.0))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One answer from the host, as the controller needs it."""
+
+    kind: str
+    endpoint: str
+    sent_at: float
+    now: float
+    latency: float | None = None
+    #: The Retry-After the site stated, in seconds (``None``: none).
+    retry_after: float | None = None
+    quota: Quota | None = None
+    #: The request waited for the host's rate (or others waited behind it): the rate is in use.
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The host's limits, applied by the gate in one call."""
+
+    rate: float | None
+    spacing: tuple[float, float]
+    concurrency: int
+    paused_until: float = 0.0
+
+    @property
+    def interval(self) -> float:
+        return 1 / self.rate if self.rate else 0.0
+
+
+@dataclass
+class _Level:
+    """Answers since the last cut: whether cutting made the 429s rarer."""
+
+    ok: int = 0
+    refused: int = 0
+    share_before: float | None = None
+    flat_cuts: int = 0
+
+    def share(self) -> float | None:
+        total = self.ok + self.refused
+        return self.refused / total if total >= 8 else None
+
+
+@dataclass
+class HostController:
+    """The law for one host; see the module docstring."""
+
+    bounds: Bounds
+    params: Params = DEFAULT
+    rate: float | None = None
+    #: Slow start (adaptive mode, before the first signal).
+    starting: bool = False
+    #: CUBIC's W_max: the accepted rate at the last cut; ``k``: seconds in use to get back to it.
+    peak: float = 0.0
+    k: float = 0.0
+    grown: float = 0.0
+    touched: float = 0.0
+    cut_at: float = -math.inf
+    changed_at: float = -math.inf
+    paused_until: float = 0.0
+    #: The 429s do not depend on the rate: signals no longer cut.
+    independent: bool = False
+    quota_rate: float | None = None
+    quota_until: float = 0.0
+    reset_at: float | None = None
+    level: _Level = field(default_factory=_Level)
+    clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
+    baseline: float = math.inf
+    overloads: deque[tuple[float, str]] = field(default_factory=deque)
+    deadlines: deque[tuple[float, float, str]] = field(default_factory=lambda: deque(maxlen=64))
+
+    @classmethod
+    def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
+        """A new host: at the configured band's rate, climbing in adaptive mode."""
+        c = cls(bounds, params, touched=now, changed_at=now)
+        if bounds.adaptive:
+            c.rate, c.starting = min(bounds.band_rate(), bounds.max_rate()), True
+        return c
+
+    # -- samples -------------------------------------------------------------
+
+    def observe(self, s: Sample) -> str | None:
+        """Take one answer; return why the limits moved (``None``: they did not)."""
+        stated = self._stated(s) if s.quota is not None else None
+        if s.kind == OK:
+            return self._clean(s) or stated
+        if s.kind == OVERLOAD:
+            return self._overloaded(s) or stated
+        self.level.refused += 1
+        if s.kind == CHALLENGE:
+            return self._cut(s, "challenge page", depth=2, cost=1.0)
+        return self._refused(s) or stated
+
+    def adopt(self, rate: float | None, now: float) -> None:
+        """Another process sharing the host set *rate*: continue from it."""
+        if rate is not None and self.rate is not None and rate < self.rate * 0.99:
+            self.peak, self.rate, self.grown, self.cut_at = self.rate, rate, 0.0, now
+            self.k = self._k(self.peak, 0.0)
+            self.starting = False
+        elif rate != self.rate:
+            self.rate = rate
+        self.changed_at = now
+
+    def slow(self, now: float, why: str) -> str:
+        """An overload the caller saw itself (no answer via several IPs): a cut, once per round trip."""
+        if now - self.cut_at < self.params.lookback:
+            return f"{why}: host rate cut {now - self.cut_at:.1f} s ago already"
+        return self._cut(Sample(OVERLOAD, "", now, now), why, 1, 0.0)
+
+    def limits(self) -> Limits:
+        """The host's limits now."""
+        rate = self.rate
+        return Limits(rate, self._spacing(rate), self._concurrency(rate), self.paused_until)
+
+    # -- the law ---------------------------------------------------------------
+
+    def _clean(self, s: Sample) -> str | None:
+        self.level.ok += 1
+        self.clean.append(s.sent_at)
+        if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
+            return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
+        if not s.busy or s.sent_at < self.changed_at or self.rate is None:
+            self.touched = max(self.touched, s.now)
+            return None
+        if self.starting:
+            return self._climb(s.now, self.rate * self.params.slow_start ** (1 / max(1, self.bounds.ips)), "slow start")
+        self.grown += max(0.0, min(s.now - self.touched, 5.0))
+        self.touched = s.now
+        return self._climb(s.now, self._cubic(), "recovery")
+
+    def _climb(self, now: float, new: float, why: str) -> str | None:
+        assert self.rate is not None
+        top = self.bounds.max_rate()
+        if self.quota_rate is not None and now < self.quota_until:
+            top = min(top, self.quota_rate)
+        if new >= top and not self.bounds.adaptive:
+            self.rate = None  # the band binds again: no host rate of its own
+            self.changed_at = now
+            return f"{why}: back to the configured spacing"
+        new = min(new, top)
+        if new <= self.rate:
+            return None
+        self.rate = new
+        return why
+
+    def _cubic(self) -> float:
+        """CUBIC's W(t) = W_max + C (t - K)^3, with C chosen so that W(0) = beta * W_max."""
+        beta, k = self.params.beta, max(self.k, 1e-3)
+        scale = self.peak * (1 - beta) / k**3
+        return max(self.peak * beta, self.peak + scale * (self.grown - k) ** 3)
+
+    def _k(self, peak: float, cost: float) -> float:
+        """Seconds in use back to *peak*: CUBIC's K, or longer when a failed probe costs more
+        than the probe budget allows."""
+        p = self.params
+        return max((peak * (1 - p.beta) / p.cubic_c) ** (1 / 3), cost / p.probe_budget)
+
+    def _refused(self, s: Sample) -> str | None:
+        ra = s.retry_after
+        window = self._window(s, ra) if ra else None
+        if window is not None:
+            return window
+        if s.sent_at < self.cut_at:
+            return None  # sent before the last cut: already answered for
+        if self._independent():
+            return None
+        cost = (ra or 0.0) / max(1, self.bounds.ips)
+        return self._cut(s, f"rate signal via {s.endpoint}", 1, cost)
+
+    def _overloaded(self, s: Sample) -> str | None:
+        p = self.params
+        self.overloads.append((s.now, s.endpoint))
+        while self.overloads and self.overloads[0][0] < s.now - p.overload_window:
+            self.overloads.popleft()
+        ips = {ep for _, ep in self.overloads}
+        if len(ips) < p.overload_ips or s.sent_at < self.cut_at:
+            return None
+        return self._cut(s, f"overload answers from {len(ips)} IPs", 1, 0.0)
+
+    def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
+        b, p = self.bounds, self.params
+        in_force = self.rate if self.rate is not None else b.band_rate()
+        accepted = self._accepted(s.now, in_force)
+        peak = min(in_force, accepted) if accepted is not None else in_force
+        new = max(b.min_rate(), peak * p.beta**depth)
+        old = self.rate
+        self.peak, self.rate, self.k = peak, new, self._k(peak, cost)
+        self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
+        self.starting = False
+        self.latencies.clear()
+        share = self.level.share()
+        self.level = _Level(share_before=share if share is not None else self.level.share_before,
+                            flat_cuts=self.level.flat_cuts)
+        before = "unlimited" if old is None else f"{old:.2f}"
+        return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s)"
+
+    def _accepted(self, now: float, in_force: float) -> float | None:
+        """The rate the site answered cleanly over the last lookback (long enough for
+        ``min_answers`` answers at the rate in force)."""
+        p = self.params
+        span = max(p.lookback, p.min_answers / max(in_force, 1e-6))
+        since = now - span
+        count = sum(1 for t in reversed(self.clean) if t >= since) if self.clean else 0
+        if count < 2:
+            return None
+        first = min(t for t in self.clean if t >= since)
+        return count / max(now - first, span / 2)
+
+    def _independent(self) -> bool:
+        """Whether the 429s kept their share after cuts: then they are not a rate limit."""
+        share, before = self.level.share(), self.level.share_before
+        if share is None or before is None:
+            return self.independent
+        if share >= self.params.independent_share * before:
+            self.level.flat_cuts += 1
+        else:
+            self.level.flat_cuts = 0
+        self.independent = self.level.flat_cuts >= 2
+        return self.independent
+
+    def _window(self, s: Sample, ra: float) -> str | None:
+        """Two IPs told to come back at the same moment, asked at different moments: a window
+        resets then. The host waits for it, and the budget a window held is spread over the next."""
+        tol = self.params.window_tolerance
+        deadline = s.now + ra
+        met = next((d for t, d, ep in self.deadlines
+                    if ep != s.endpoint and abs(d - deadline) < tol and s.now - t >= tol), None)
+        self.deadlines.append((s.now, deadline, s.endpoint))
+        if met is None:
+            return None
+        reset = max(met, deadline)
+        if self.reset_at is not None and reset - self.reset_at < tol:
+            return None  # this window's reset is known already
+        self.paused_until = max(self.paused_until, reset)
+        why = f"window resets in {reset - s.now:.1f} s: host paused until then"
+        if self.reset_at is not None:
+            length = reset - self.reset_at
+            budget = sum(1 for t in self.clean if self.reset_at <= t < reset)
+            if budget and not self.independent:
+                self.peak = self.rate = max(self.bounds.min_rate(), budget / length)
+                self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, 0.0), 0.0, s.now, s.now
+                self.starting = False
+                why += f"; {budget} requests per {length:.1f} s spread evenly: {self.rate:.2f} req/s"
+        self.reset_at = reset
+        return why
+
+    def _stated(self, s: Sample) -> str | None:
+        """The site states its quota: pace to it, never probe past it."""
+        assert s.quota is not None
+        if s.quota.exhausted() and s.quota.reset:
+            self.paused_until = max(self.paused_until, s.now + s.quota.reset)
+        pace = s.quota.pace()
+        if pace is None:
+            return None
+        self.quota_rate = max(self.bounds.min_rate(), pace)
+        self.quota_until = s.now + (s.quota.reset or s.quota.window or 60.0)
+        if self.rate is None or self.rate > self.quota_rate * 1.05:
+            old, self.rate, self.changed_at = self.rate, self.quota_rate, s.now
+            self.starting = False
+            return f"quota stated: {old or 0:.2f} -> {self.rate:.2f} req/s"
+        return None
+
+    def _slower(self, latency: float) -> bool:
+        """Record a clean answer's latency; whether the recent median is well above the baseline."""
+        p = self.params
+        self.latencies.append(latency)
+        if len(self.latencies) < self.latencies.maxlen:  # type: ignore[operator]
+            return False
+        now = median(self.latencies)
+        self.baseline = min(self.baseline * 1.002, now)  # forgets a baseline the site left slowly
+        return now > p.latency_factor * self.baseline + p.latency_margin
+
+    # -- what the law sets -----------------------------------------------------
+
+    def _spacing(self, rate: float | None) -> tuple[float, float]:
+        b, j = self.bounds, self.params.jitter
+        if rate is None:
+            return b.band
+        even = b.ips / rate
+        if b.adaptive:
+            lo = max(b.floor, even * (1 - j))
+            return lo, max(lo, even * (1 + j))
+        scale = max(1.0, even / (sum(b.band) / 2))
+        return b.band[0] * scale, b.band[1] * scale
+
+    def _concurrency(self, rate: float | None) -> int:
+        b = self.bounds
+        if not b.adaptive or rate is None or len(self.latencies) == 0:
+            return b.concurrency
+        need = math.ceil(rate * median(self.latencies) * self.params.headroom) + 1
+        return max(b.concurrency, min(b.concurrency_max, need))

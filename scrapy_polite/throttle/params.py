@@ -1,0 +1,52 @@
+"""The throttle's tuned constants, all of them, in one frozen object.
+
+Each is a property of the law in ``docs/throttle.md``, not of one site: change
+one and the page says what moves. Tests build their own :class:`Params` when
+they need a different value; none imports a default to assert on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Params:
+    """The controller's parameters (see ``docs/throttle.md`` for the equations)."""
+
+    #: A rate signal cuts the rate to this share of the rate the site accepted (TCP CUBIC and
+    #: botocore use 0.7; the accepted rate is measured, not guessed, so the cut can be shallower).
+    beta: float = 0.75
+    #: CUBIC's scale (botocore's 0.4): how fast the rate grows back, in req/s per s^3.
+    cubic_c: float = 0.4
+    #: A failed probe may cost at most this share of the pool's time: a probe that idles an IP for
+    #: its Retry-After is made at most every ``retry_after / (ips * probe_budget)`` seconds.
+    probe_budget: float = 0.03
+    #: Before the first signal (adaptive mode) the rate grows by this factor per round of one
+    #: answer per IP (TCP's slow start doubles per round trip).
+    slow_start: float = 1.5
+    #: Adaptive spacing is the even share ``ips / rate`` within +/- this fraction (jitter).
+    jitter: float = 0.05
+    #: The accepted rate is measured over at least this many seconds, and at least
+    #: ``min_answers`` answers at the rate in force.
+    lookback: float = 2.0
+    min_answers: int = 8
+    #: Latency over ``latency_factor`` times the host's baseline (the lowest recent median, as
+    #: Envoy's min-RTT), plus ``latency_margin`` seconds, is an overload signal.
+    latency_factor: float = 2.0
+    latency_margin: float = 0.05
+    #: 5xx overload answers count once this many distinct IPs saw them within ``overload_window``
+    #: seconds (one IP alone may be its proxy).
+    overload_ips: int = 2
+    overload_window: float = 10.0
+    #: Two IPs' Retry-After deadlines within this many seconds of each other, for 429s at least
+    #: as far apart, reveal a window whose reset they name (Retry-After has a 1 s resolution).
+    window_tolerance: float = 1.0
+    #: Cuts in a row whose 429 share did not fall below this share of the one before mean the
+    #: 429s do not depend on the rate: cutting stops.
+    independent_share: float = 0.7
+    #: Concurrency is rate x latency (Little's law) times this headroom, plus one.
+    headroom: float = 1.5
+
+
+DEFAULT = Params()
