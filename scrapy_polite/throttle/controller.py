@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from statistics import median
 
 from scrapy_polite.throttle.params import DEFAULT, Params
-from scrapy_polite.throttle.quota import Quota
+from scrapy_polite.throttle.quota import Quota, Scope
 
 OK, RATE, OVERLOAD, CHALLENGE = "ok", "rate", "overload", "challenge"
 
@@ -87,16 +87,24 @@ class Limits:
 
 @dataclass
 class _Level:
-    """Answers since the last cut: whether cutting made the 429s rarer."""
+    """Answers since the last cut, and what the cut was made from."""
 
-    ok: int = 0
+    answers: int = 0
     refused: int = 0
+    #: The share of refusals before a cut made from the rate the site answered cleanly (``None``:
+    #: the cut was not), and that rate: under it a rate limit refuses nothing, and above it a rate
+    #: limit still answers about that rate cleanly.
     share_before: float | None = None
-    flat_cuts: int = 0
+    #: Levels in a row, before this one, whose refusals held their share through a cut.
+    flat_before: int = 0
+
+    def flat(self, ratio: float) -> bool:
+        """This level's refusals held their share through the cut made from the clean rate."""
+        share = self.share()
+        return bool(self.share_before) and share is not None and share >= ratio * self.share_before
 
     def share(self) -> float | None:
-        total = self.ok + self.refused
-        return self.refused / total if total >= 8 else None
+        return self.refused / self.answers if self.answers >= 8 else None
 
 
 @dataclass
@@ -119,10 +127,15 @@ class HostController:
     #: The 429s do not depend on the rate: signals no longer cut.
     independent: bool = False
     quota_rate: float | None = None
+    quota_scope: Scope = field(default_factory=Scope)
     quota_until: float = 0.0
     reset_at: float | None = None
     level: _Level = field(default_factory=_Level)
+    #: (sent at, answered cleanly) of recent answers, oldest first.
+    sent: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=4096))
+    #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    born: float = 0.0
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
     baseline: float = math.inf
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
@@ -131,7 +144,7 @@ class HostController:
     @classmethod
     def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
         """A new host: at the configured band's rate, climbing in adaptive mode."""
-        c = cls(bounds, params, touched=now, changed_at=now)
+        c = cls(bounds, params, touched=now, changed_at=now, born=now)
         if bounds.adaptive:
             c.rate, c.starting = min(bounds.band_rate(), bounds.max_rate()), True
         return c
@@ -140,6 +153,8 @@ class HostController:
 
     def observe(self, s: Sample) -> str | None:
         """Take one answer; return why the limits moved (``None``: they did not)."""
+        self.level.answers += 1
+        self.sent.append((s.sent_at, s.kind == OK))
         stated = self._stated(s) if s.quota is not None else None
         if s.kind == OK:
             return self._clean(s) or stated
@@ -169,16 +184,18 @@ class HostController:
     def limits(self) -> Limits:
         """The host's limits now."""
         rate = self.rate
-        return Limits(rate, self._spacing(rate), self._concurrency(rate), self.paused_until)
+        # Each IP is spaced for its share of the rate the site accepted (or of the rate, when above it):
+        # under it, the host interval paces the pool, and no IP waits out a spacing drawn for a cut.
+        spaced = None if rate is None else max(rate, self.peak)
+        return Limits(rate, self._spacing(spaced), self._concurrency(rate), self.paused_until)
 
     # -- the law ---------------------------------------------------------------
 
     def _clean(self, s: Sample) -> str | None:
-        self.level.ok += 1
         self.clean.append(s.sent_at)
         if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
             return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
-        if not s.busy or s.sent_at < self.changed_at or self.rate is None:
+        if not s.busy or s.sent_at < self.changed_at or self.rate is None or not self._in_use(s.now):
             self.touched = max(self.touched, s.now)
             return None
         if self.starting:
@@ -219,10 +236,17 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
-        if s.sent_at < self.cut_at:
+        if s.sent_at <= self.cut_at:
             return None  # sent before the last cut: already answered for
-        if self._independent():
+        if self.independent:
             return None
+        if self.level.flat_before and self.level.flat(self.params.independent_share):
+            self.independent = True
+            old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.peak), s.now
+            return (f"429s as frequent at {old or 0:.2f} req/s, under the {self.peak:.2f} req/s the site "
+                    "answered cleanly, as above it: they do not depend on the rate; no more cuts")
+        if self.rate is not None and self.rate < 0.999 * self.peak and self.level.answers < self.params.min_answers:
+            return None  # a cut under the accepted rate needs a level's worth of evidence
         cost = (ra or 0.0) / max(1, self.bounds.ips)
         return self._cut(s, f"rate signal via {s.endpoint}", 1, cost)
 
@@ -232,50 +256,70 @@ class HostController:
         while self.overloads and self.overloads[0][0] < s.now - p.overload_window:
             self.overloads.popleft()
         ips = {ep for _, ep in self.overloads}
-        if len(ips) < p.overload_ips or s.sent_at < self.cut_at:
+        if len(ips) < p.overload_ips or s.sent_at <= self.cut_at:
             return None
         return self._cut(s, f"overload answers from {len(ips)} IPs", 1, 0.0)
 
     def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
         b, p = self.bounds, self.params
         in_force = self.rate if self.rate is not None else b.band_rate()
-        accepted = self._accepted(s.now, in_force)
+        accepted, from_clean = self._accepted(s.now, in_force)
         peak = min(in_force, accepted) if accepted is not None else in_force
         new = max(b.min_rate(), peak * p.beta**depth)
         old = self.rate
-        self.peak, self.rate, self.k = peak, new, self._k(peak, cost)
+        # Back at the peak no sooner than a level's worth of answers at the new rate: the evidence.
+        self.peak, self.rate = peak, new
+        self.k = max(self._k(peak, cost), self.params.min_answers / new)
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()
         share = self.level.share()
-        self.level = _Level(share_before=share if share is not None else self.level.share_before,
-                            flat_cuts=self.level.flat_cuts)
+        if share is None:  # too few answers since the last cut: what was known before it stands
+            share = self.level.share_before
+        flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
+        self.level = _Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s)"
 
-    def _accepted(self, now: float, in_force: float) -> float | None:
-        """The rate the site answered cleanly over the last lookback (long enough for
-        ``min_answers`` answers at the rate in force)."""
-        p = self.params
-        span = max(p.lookback, p.min_answers / max(in_force, 1e-6))
-        since = now - span
-        count = sum(1 for t in reversed(self.clean) if t >= since) if self.clean else 0
-        if count < 2:
-            return None
-        first = min(t for t in self.clean if t >= since)
-        return count / max(now - first, span / 2)
+    def _in_use(self, now: float) -> bool:
+        """Whether the pool sends close to the rate: growing a rate nobody uses proves nothing
+        (TCP's congestion-window validation)."""
+        assert self.rate is not None
+        sent = self._sent_rate(now, self.rate)
+        return sent is None or sent >= 0.8 * self.rate
 
-    def _independent(self) -> bool:
-        """Whether the 429s kept their share after cuts: then they are not a rate limit."""
-        share, before = self.level.share(), self.level.share_before
-        if share is None or before is None:
-            return self.independent
-        if share >= self.params.independent_share * before:
-            self.level.flat_cuts += 1
-        else:
-            self.level.flat_cuts = 0
-        self.independent = self.level.flat_cuts >= 2
-        return self.independent
+    def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
+        """The rate the site was seen to accept: what was sent over the last lookback, or, when a
+        share of it larger than a cut was refused, what was answered cleanly (then True)."""
+        counted = self._counts(now, in_force)
+        if counted is None:
+            return None, False
+        sent, clean, span = counted
+        from_clean = clean < self.params.beta * sent
+        return (clean if from_clean else sent) / span, from_clean
+
+    def _sent_rate(self, now: float, in_force: float) -> float | None:
+        counted = self._counts(now, in_force)
+        return None if counted is None else counted[0] / counted[2]
+
+    def _counts(self, now: float, in_force: float) -> tuple[int, int, float] | None:
+        """Requests sent and answered cleanly over the last lookback (long enough for
+        ``min_answers`` answers at the rate in force), and the seconds they were sent over."""
+        p = self.params
+        span = min(max(p.lookback, p.min_answers / max(in_force, 1e-6)), max(now - self.born, 1e-3))
+        since = now - span
+        sent = clean = 0
+        latest = since
+        for at, ok in reversed(self.sent):
+            if at < since:
+                break
+            sent += 1
+            clean += ok
+            latest = max(latest, at)
+        if sent < p.min_answers:
+            return None  # too few answers to say
+        # Over the sends answered so far (the last round trip's answers are still on their way).
+        return sent, clean, max(latest - since, span / 2)
 
     def _window(self, s: Sample, ra: float) -> str | None:
         """Two IPs told to come back at the same moment, asked at different moments: a window
@@ -304,19 +348,25 @@ class HostController:
         return why
 
     def _stated(self, s: Sample) -> str | None:
-        """The site states its quota: pace to it, never probe past it."""
-        assert s.quota is not None
-        if s.quota.exhausted() and s.quota.reset:
-            self.paused_until = max(self.paused_until, s.now + s.quota.reset)
-        pace = s.quota.pace()
+        """The site states its quota: pace to it (the host's, or each IP's times the IPs), never
+        probe past it. A host-wide quota spent pauses the host until its reset."""
+        q = s.quota
+        assert q is not None
+        if q.remaining is not None:
+            self.quota_scope.observe(s.endpoint, q.remaining)
+        host_wide = self.quota_scope.host_wide
+        if q.exhausted() and q.reset and host_wide:
+            self.paused_until = max(self.paused_until, s.now + q.reset)
+        pace = q.pace()
         if pace is None:
             return None
-        self.quota_rate = max(self.bounds.min_rate(), pace)
-        self.quota_until = s.now + (s.quota.reset or s.quota.window or 60.0)
+        self.quota_rate = max(self.bounds.min_rate(), pace if host_wide else pace * self.bounds.ips)
+        self.quota_until = s.now + (q.reset or q.window or 60.0)
         if self.rate is None or self.rate > self.quota_rate * 1.05:
             old, self.rate, self.changed_at = self.rate, self.quota_rate, s.now
             self.starting = False
-            return f"quota stated: {old or 0:.2f} -> {self.rate:.2f} req/s"
+            scope = "the host's" if host_wide else "each IP's"
+            return f"quota stated ({scope}): {old or 0:.2f} -> {self.rate:.2f} req/s"
         return None
 
     def _slower(self, latency: float) -> bool:
@@ -337,8 +387,9 @@ class HostController:
             return b.band
         even = b.ips / rate
         if b.adaptive:
-            lo = max(b.floor, even * (1 - j))
-            return lo, max(lo, even * (1 + j))
+            # Jitter only lengthens: the shortest gap is the even share, which per-IP limits count.
+            lo = max(b.floor, even)
+            return lo, lo * (1 + 2 * j)
         scale = max(1.0, even / (sum(b.band) / 2))
         return b.band[0] * scale, b.band[1] * scale
 

@@ -25,7 +25,7 @@ class Params:
     #: Before the first signal (adaptive mode) the rate grows by this factor per round of one
     #: answer per IP (TCP's slow start doubles per round trip).
     slow_start: float = 1.5
-    #: Adaptive spacing is the even share ``ips / rate`` within +/- this fraction (jitter).
+    #: Adaptive spacing is the even share ``ips / rate`` up to twice this fraction longer (jitter).
     jitter: float = 0.05
     #: The accepted rate is measured over at least this many seconds, and at least
     #: ``min_answers`` answers at the rate in force.
@@ -42,8 +42,8 @@ class Params:
     #: Two IPs' Retry-After deadlines within this many seconds of each other, for 429s at least
     #: as far apart, reveal a window whose reset they name (Retry-After has a 1 s resolution).
     window_tolerance: float = 1.0
-    #: Cuts in a row whose 429 share did not fall below this share of the one before mean the
-    #: 429s do not depend on the rate: cutting stops.
+    #: Two cuts in a row below the rate the site answered cleanly, each followed by 429s at this
+    #: share of the ones before it or more: the 429s do not depend on the rate, cutting stops.
     independent_share: float = 0.7
     #: Concurrency is rate x latency (Little's law) times this headroom, plus one.
     headroom: float = 1.5

@@ -52,12 +52,14 @@ class ThrottlePolicy:
         clock: Callable[[], float] = time.monotonic,
         notify: Notify | None = None,
         params: Params = DEFAULT,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.gate = gate
         self.clock = clock
         self.notify: Notify = notify or (lambda *a: None)
         self.params = params
+        self.wall = wall
         self._hosts: dict[str, HostController] = {}
         #: The rate each host's gate holds as this process last wrote it (another process may change it).
         self._applied: dict[str, float | None] = {}
@@ -113,8 +115,12 @@ class ThrottlePolicy:
         h = self.gate.host(host)
         busy = rate_held or bool(h.waiters)
         latency = now - granted_at if granted_at is not None else None
-        sample = Sample(OK, endpoint or "", sent, now, latency=latency, quota=self._quota(headers), busy=busy)
+        quota = self._quota(headers)
+        sample = Sample(OK, endpoint or "", sent, now, latency=latency, quota=quota, busy=busy)
         self._observe(host, sample, "", {"status": status, "gap": _finite(gap)})
+        if quota is not None and quota.exhausted() and endpoint is not None and quota.reset:
+            # Spent: this IP waits for the reset (the controller pauses the host when the quota is the host's).
+            self.gate.cool_endpoint(endpoint, host, quota.reset)
 
     def unanswered(self, host: str, park: bool) -> str:
         """Several endpoints got no answer from *host*: an overload signal, or a park that doubles."""
@@ -220,7 +226,7 @@ class ThrottlePolicy:
                 return value.decode("latin-1")
             return value
 
-        return quota_headers.read(get)
+        return quota_headers.read(get, self.wall)
 
     def _evicted(self, host: str) -> None:
         c = self._hosts.pop(host, None)

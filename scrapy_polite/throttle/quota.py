@@ -94,3 +94,26 @@ def _number(value: str | None) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) and number >= 0 else None
+
+
+class Scope:
+    """Whether a stated quota is each IP's own or the host's: a host-wide counter is counted down
+    by every IP's answers in turn (one IP's answer one below another's), an IP's own counters
+    move apart (IPs crawling evenly show about the same count)."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float] | None = None
+        self._shared = 0
+        self._own = 0
+
+    def observe(self, endpoint: str, remaining: float) -> None:
+        if self._last is not None and self._last[0] != endpoint:
+            if 0.5 <= self._last[1] - remaining <= 1.5:
+                self._shared += 1
+            else:
+                self._own += 1
+        self._last = (endpoint, remaining)
+
+    @property
+    def host_wide(self) -> bool:
+        return self._shared > self._own
