@@ -131,7 +131,7 @@ class HostController:
     quota_until: float = 0.0
     reset_at: float | None = None
     level: _Level = field(default_factory=_Level)
-    #: (sent at, answered cleanly) of recent answers, oldest first.
+    #: (answered at, answered cleanly) of recent answers, oldest first.
     sent: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=4096))
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
@@ -154,7 +154,7 @@ class HostController:
     def observe(self, s: Sample) -> str | None:
         """Take one answer; return why the limits moved (``None``: they did not)."""
         self.level.answers += 1
-        self.sent.append((s.sent_at, s.kind == OK))
+        self.sent.append((s.now, s.kind == OK))
         stated = self._stated(s) if s.quota is not None else None
         if s.kind == OK:
             return self._clean(s) or stated
@@ -195,7 +195,9 @@ class HostController:
         self.clean.append(s.sent_at)
         if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
             return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
-        if not s.busy or s.sent_at < self.changed_at or self.rate is None or not self._in_use(s.now):
+        if (not s.busy or s.sent_at < self.changed_at or self.rate is None or self.level.refused
+                or not self._in_use(s.now)):
+            # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
             self.touched = max(self.touched, s.now)
             return None
         if self.starting:
@@ -303,23 +305,21 @@ class HostController:
         return None if counted is None else counted[0] / counted[2]
 
     def _counts(self, now: float, in_force: float) -> tuple[int, int, float] | None:
-        """Requests sent and answered cleanly over the last lookback (long enough for
-        ``min_answers`` answers at the rate in force), and the seconds they were sent over."""
+        """Answers and clean answers over the last lookback (long enough for ``min_answers``
+        answers at the rate in force), and its seconds. Counted when they come: a site that
+        queues instead of refusing accepts what it answers, not what it was sent."""
         p = self.params
         span = min(max(p.lookback, p.min_answers / max(in_force, 1e-6)), max(now - self.born, 1e-3))
         since = now - span
         sent = clean = 0
-        latest = since
         for at, ok in reversed(self.sent):
             if at < since:
                 break
             sent += 1
             clean += ok
-            latest = max(latest, at)
         if sent < p.min_answers:
             return None  # too few answers to say
-        # Over the sends answered so far (the last round trip's answers are still on their way).
-        return sent, clean, max(latest - since, span / 2)
+        return sent, clean, span
 
     def _window(self, s: Sample, ra: float) -> str | None:
         """Two IPs told to come back at the same moment, asked at different moments: a window
