@@ -119,6 +119,7 @@ class HostController:
     #: CUBIC's W_max: the accepted rate at the last cut; ``k``: seconds in use to get back to it.
     peak: float = 0.0
     k: float = 0.0
+    hold: float = 0.0
     grown: float = 0.0
     touched: float = 0.0
     cut_at: float = -math.inf
@@ -136,6 +137,8 @@ class HostController:
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
+    #: (since, rate) of the recent rates in force, oldest first.
+    history: deque[tuple[float, float | None]] = field(default_factory=lambda: deque(maxlen=256))
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
     baseline: float = math.inf
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
@@ -153,6 +156,21 @@ class HostController:
 
     def observe(self, s: Sample) -> str | None:
         """Take one answer; return why the limits moved (``None``: they did not)."""
+        why = self._observe(s)
+        if not self.history or self.history[-1][1] != self.rate:
+            self.history.append((s.now, self.rate))
+        return why
+
+    def rate_at(self, at: float) -> float | None:
+        """The rate in force at *at* (a request's grant)."""
+        rate = self.history[0][1] if self.history else self.rate
+        for t, r in self.history:
+            if t > at:
+                break
+            rate = r
+        return rate
+
+    def _observe(self, s: Sample) -> str | None:
         self.level.answers += 1
         self.sent.append((s.now, s.kind == OK))
         stated = self._stated(s) if s.quota is not None else None
@@ -169,7 +187,7 @@ class HostController:
         """Another process sharing the host set *rate*: continue from it."""
         if rate is not None and self.rate is not None and rate < self.rate * 0.99:
             self.peak, self.rate, self.grown, self.cut_at = self.rate, rate, 0.0, now
-            self.k = self._k(self.peak, 0.0)
+            self.k, self.hold = self._k(self.peak, rate), 0.0
             self.starting = False
         elif rate != self.rate:
             self.rate = rate
@@ -196,7 +214,7 @@ class HostController:
         if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
             return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None or self.level.refused
-                or not self._in_use(s.now)):
+                or not self._in_use(s.now, self.rate)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
             self.touched = max(self.touched, s.now)
             return None
@@ -222,16 +240,26 @@ class HostController:
         return why
 
     def _cubic(self) -> float:
-        """CUBIC's W(t) = W_max + C (t - K)^3, with C chosen so that W(0) = beta * W_max."""
+        """CUBIC's W(t) = W + C (t - K)^3 from beta * W_max at the cut back to W = W_max less a
+        margin at K, held there for ``hold`` seconds between its concave and its convex half."""
         beta, k = self.params.beta, max(self.k, 1e-3)
-        scale = self.peak * (1 - beta) / k**3
-        return max(self.peak * beta, self.peak + scale * (self.grown - k) ** 3)
+        top = self.peak * (1 - self.params.margin)  # the rate that failed was past the limit
+        t = self.grown
+        if t > k:
+            t = max(k, t - self.hold)
+        low = self.peak * beta
+        scale = (top - low) / k**3
+        return max(low, top + scale * (t - k) ** 3)
 
-    def _k(self, peak: float, cost: float) -> float:
-        """Seconds in use back to *peak*: CUBIC's K, or longer when a failed probe costs more
-        than the probe budget allows."""
+    def _k(self, peak: float, new: float) -> float:
+        """CUBIC's K, seconds in use back to *peak* from *new*: no sooner than a level's answers."""
         p = self.params
-        return max((peak * (1 - p.beta) / p.cubic_c) ** (1 / 3), cost / p.probe_budget)
+        return max((peak * (1 - p.beta) / p.cubic_c) ** (1 / 3), p.min_answers / max(new, 1e-6))
+
+    def _hold(self, cost: float) -> float:
+        """Seconds at the peak before probing past it: a failed probe then costs at most the
+        probe budget of the pool's time (the Retry-After it idles an IP, or the host, for)."""
+        return max(0.0, cost / self.params.probe_budget - self.k)
 
     def _refused(self, s: Sample) -> str | None:
         ra = s.retry_after
@@ -264,14 +292,19 @@ class HostController:
 
     def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
         b, p = self.bounds, self.params
-        in_force = self.rate if self.rate is not None else b.band_rate()
+        at_send = self.rate_at(s.sent_at)
+        in_force = at_send if at_send is not None else b.band_rate()
         accepted, from_clean = self._accepted(s.now, in_force)
-        peak = min(in_force, accepted) if accepted is not None else in_force
+        # It failed at the rate it was sent at, unless the site took much less (it refused more
+        # than a cut gives up) or the pool sent much less: then at what the site answered cleanly.
+        peak = in_force
+        if accepted is not None and (from_clean or not self._in_use(s.now, in_force)):
+            peak = min(peak, accepted)
         new = max(b.min_rate(), peak * p.beta**depth)
         old = self.rate
-        # Back at the peak no sooner than a level's worth of answers at the new rate: the evidence.
         self.peak, self.rate = peak, new
-        self.k = max(self._k(peak, cost), self.params.min_answers / new)
+        self.k = self._k(peak, new)
+        self.hold = self._hold(cost)
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()
@@ -281,45 +314,42 @@ class HostController:
         flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
         self.level = _Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
         before = "unlimited" if old is None else f"{old:.2f}"
-        return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s)"
+        return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 
-    def _in_use(self, now: float) -> bool:
-        """Whether the pool sends close to the rate: growing a rate nobody uses proves nothing
+    def _in_use(self, now: float, rate: float) -> bool:
+        """Whether the pool sends close to *rate*: growing a rate nobody uses proves nothing
         (TCP's congestion-window validation)."""
-        assert self.rate is not None
-        sent = self._sent_rate(now, self.rate)
-        return sent is None or sent >= 0.8 * self.rate
+        sent = self._sent_rate(now, rate)
+        return sent is not None and sent >= 0.8 * rate
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
-        """The rate the site was seen to accept: what was sent over the last lookback, or, when a
-        share of it larger than a cut was refused, what was answered cleanly (then True)."""
+        """The rate the site answered cleanly over the last lookback, and whether it refused more of
+        what was sent than a cut gives up (a cut then falls under what the site accepted)."""
         counted = self._counts(now, in_force)
         if counted is None:
             return None, False
         sent, clean, span = counted
-        from_clean = clean < self.params.beta * sent
-        return (clean if from_clean else sent) / span, from_clean
+        return clean / span, clean < self.params.beta * sent
 
     def _sent_rate(self, now: float, in_force: float) -> float | None:
         counted = self._counts(now, in_force)
         return None if counted is None else counted[0] / counted[2]
 
     def _counts(self, now: float, in_force: float) -> tuple[int, int, float] | None:
-        """Answers and clean answers over the last lookback (long enough for ``min_answers``
-        answers at the rate in force), and its seconds. Counted when they come: a site that
+        """Answers and clean answers over the last lookback, or over the last ``min_answers``
+        answers when the lookback holds fewer, and its seconds. Counted when they come: a site that
         queues instead of refusing accepts what it answers, not what it was sent."""
         p = self.params
-        span = min(max(p.lookback, p.min_answers / max(in_force, 1e-6)), max(now - self.born, 1e-3))
-        since = now - span
+        if len(self.sent) < p.min_answers:
+            return None  # too few answers to say
+        since = max(self.born, min(now - p.lookback, self.sent[-p.min_answers][0]))
         sent = clean = 0
         for at, ok in reversed(self.sent):
             if at < since:
                 break
             sent += 1
             clean += ok
-        if sent < p.min_answers:
-            return None  # too few answers to say
-        return sent, clean, span
+        return sent, clean, max(now - since, 1e-3)
 
     def _window(self, s: Sample, ra: float) -> str | None:
         """Two IPs told to come back at the same moment, asked at different moments: a window
@@ -341,7 +371,8 @@ class HostController:
             budget = sum(1 for t in self.clean if self.reset_at <= t < reset)
             if budget and not self.independent:
                 self.peak = self.rate = max(self.bounds.min_rate(), budget / length)
-                self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, 0.0), 0.0, s.now, s.now
+                self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
+                self.hold = 0.0
                 self.starting = False
                 why += f"; {budget} requests per {length:.1f} s spread evenly: {self.rate:.2f} req/s"
         self.reset_at = reset

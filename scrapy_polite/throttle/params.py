@@ -17,6 +17,9 @@ class Params:
     #: A rate signal cuts the rate to this share of the rate the site accepted (TCP CUBIC and
     #: botocore use 0.7; the accepted rate is measured, not guessed, so the cut can be shallower).
     beta: float = 0.75
+    #: The rate that failed was past the limit by what the last round trip grew: the curve comes
+    #: back to this fraction under it, and probes past it only after the hold.
+    margin: float = 0.1
     #: CUBIC's scale (botocore's 0.4): how fast the rate grows back, in req/s per s^3.
     cubic_c: float = 0.4
     #: A failed probe may cost at most this share of the pool's time: a probe that idles an IP for
