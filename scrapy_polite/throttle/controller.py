@@ -256,10 +256,12 @@ class HostController:
         p = self.params
         return max((peak * (1 - p.beta) / p.cubic_c) ** (1 / 3), p.min_answers / max(new, 1e-6))
 
-    def _hold(self, cost: float) -> float:
-        """Seconds at the peak before probing past it: a failed probe then costs at most the
-        probe budget of the pool's time (the Retry-After it idles an IP, or the host, for)."""
-        return max(0.0, cost / self.params.probe_budget - self.k)
+    def _hold(self, peak: float, cost: float) -> float:
+        """Seconds under the peak before probing past it: a failed probe then costs at most the
+        budgets, of the pool's time (the Retry-After it idles an IP, or the host, for) and of the
+        requests (about one refusal each)."""
+        p = self.params
+        return max(0.0, cost / p.probe_budget, 1 / (p.refusal_budget * max(peak, 1e-6)) - self.k)
 
     def _refused(self, s: Sample) -> str | None:
         ra = s.retry_after
@@ -304,7 +306,7 @@ class HostController:
         old = self.rate
         self.peak, self.rate = peak, new
         self.k = self._k(peak, new)
-        self.hold = self._hold(cost)
+        self.hold = self._hold(peak, cost)
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()

@@ -25,6 +25,9 @@ class Params:
     #: A failed probe may cost at most this share of the pool's time: a probe that idles an IP for
     #: its Retry-After is made at most every ``retry_after / (ips * probe_budget)`` seconds.
     probe_budget: float = 0.03
+    #: A failed probe costs about one refusal: probes come no more often than one per
+    #: ``1 / refusal_budget`` requests.
+    refusal_budget: float = 0.015
     #: Before the first signal (adaptive mode) the rate grows by this factor per round of one
     #: answer per IP (TCP's slow start doubles per round trip).
     slow_start: float = 1.5
