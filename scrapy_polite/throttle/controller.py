@@ -300,13 +300,15 @@ class HostController:
         # It failed at the rate it was sent at, unless the site took much less (it refused more
         # than a cut gives up) or the pool sent much less: then at what the site answered cleanly.
         peak = in_force
-        if accepted is not None and (from_clean or not self._in_use(s.now, in_force)):
-            peak = min(peak, accepted)
+        measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
+        if measured:
+            peak = min(peak, accepted)  # type: ignore[type-var]
         new = max(b.min_rate(), peak * p.beta**depth)
         old = self.rate
         self.peak, self.rate = peak, new
         self.k = self._k(peak, new)
-        self.hold = self._hold(peak, cost)
+        # What the site answered is under its limit: past it the curve probes without a hold.
+        self.hold = 0.0 if measured else self._hold(peak, cost)
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()
@@ -406,11 +408,14 @@ class HostController:
         """Record a clean answer's latency; whether the recent median is well above the baseline."""
         p = self.params
         self.latencies.append(latency)
-        if len(self.latencies) < self.latencies.maxlen:  # type: ignore[operator]
+        if len(self.latencies) < 4:
             return False
-        now = median(self.latencies)
-        self.baseline = min(self.baseline * 1.002, now)  # forgets a baseline the site left slowly
-        return now > p.latency_factor * self.baseline + p.latency_margin
+        # The baseline is the lowest lower quartile seen (a queue that builds from the first
+        # requests on still lets a few through unqueued), forgotten slowly if the site changed.
+        low = sorted(self.latencies)[len(self.latencies) // 4]
+        self.baseline = min(self.baseline * 1.002, low)
+        full = len(self.latencies) == self.latencies.maxlen
+        return full and median(self.latencies) > p.latency_factor * self.baseline + p.latency_margin
 
     # -- what the law sets -----------------------------------------------------
 

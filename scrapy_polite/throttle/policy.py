@@ -146,6 +146,8 @@ class ThrottlePolicy:
         why = c.observe(sample)
         if why is not None:
             self._apply(host, c, f"{what}: {why}" if what else why, evidence)
+        elif c.limits().concurrency != self.gate.host(host).limit:
+            self._apply(host, c, "concurrency follows the rate times the latency", evidence)
 
     def _apply(self, host: str, c: HostController, reason: str, evidence: dict[str, Any]) -> None:
         """Put *c*'s limits on the gate: the one place the throttle writes to it."""
