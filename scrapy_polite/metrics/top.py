@@ -9,10 +9,13 @@ from typing import Protocol, TypeVar
 OTHER = "(other)"
 
 
+_Self = TypeVar("_Self", bound="Row")
+
+
 class Row(Protocol):
     @property
     def total(self) -> int: ...
-    def merge(self, other: Row) -> None: ...
+    def merge(self: _Self, other: _Self) -> None: ...
 
 
 R = TypeVar("R", bound=Row)
