@@ -115,6 +115,14 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
         "polite-fleet": "scrapy_polite.cli.fleet:Command",
         "polite-settings": "scrapy_polite.cli.settings:Command",
     }
+    # None of them replaces one of Scrapy's own commands (an entry point of the same name would,
+    # in every project of the environment).
+    import pkgutil
+
+    import scrapy.commands
+
+    builtin = {m.name.replace("_", "-") for m in pkgutil.iter_modules(scrapy.commands.__path__)}
+    assert "settings" in builtin and not builtin & set(eps["scrapy.commands"])
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
