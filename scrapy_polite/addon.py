@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from scrapy.settings import BaseSettings
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,7 @@ class Addon:
         rate_codes = rate_limit_codes(settings)
         retry_codes = [c for c in settings.getlist("RETRY_HTTP_CODES") if _status(c) not in rate_codes]
         settings.set("RETRY_HTTP_CODES", retry_codes, max(settings.getpriority("RETRY_HTTP_CODES") or 0, 15))
+        _replace_startproject_template(settings)
         _lift_slot_concurrency(settings)
         for name, value in (("DOWNLOAD_DELAY", 0), ("AUTOTHROTTLE_ENABLED", False)):
             priority = settings.getpriority(name) or 0
@@ -65,9 +66,63 @@ class Addon:
             elif settings.get(name) not in (value, str(value)):
                 logger.warning(
                     "scrapy-polite: %s=%r from your settings works on top of the POLITE_* gates "
-                    "and slows the crawl; remove it and tune POLITE_DELAY instead",
-                    name, settings.get(name),
+                    "and slows the crawl%s; remove it and tune POLITE_DELAY instead",
+                    name, settings.get(name), _delay_cost(settings) if name == "DOWNLOAD_DELAY" else "",
                 )
+
+
+#: What ``scrapy startproject`` writes into a new project's settings.py (Scrapy 2.13 to 2.19 at
+#: least): a generic politeness for a crawl without a pool, which the gates replace.
+STARTPROJECT_TEMPLATE = {"DOWNLOAD_DELAY": 1, "CONCURRENT_REQUESTS_PER_DOMAIN": 1}
+
+
+def _replace_startproject_template(settings: BaseSettings) -> None:
+    """Take over the template's two lines when a project still has both as generated.
+
+    Together they hold each host to one request at a time, a second apart, whatever the pool:
+    a project made by ``scrapy startproject`` would crawl several times slower than the gates
+    allow, with the add-on line alone. Only the pair, exactly as generated and at the project's
+    priority, is taken over (a spider's ``custom_settings`` or ``-s`` keeps any value), and a log
+    line says so.
+    """
+    names = list(STARTPROJECT_TEMPLATE)
+    if any(settings.getpriority(n) != SETTINGS_PRIORITIES["project"] for n in names):
+        return
+    try:
+        as_generated = all(float(settings.get(n)) == v for n, v in STARTPROJECT_TEMPLATE.items())
+    except (TypeError, ValueError):
+        return
+    if not as_generated:
+        return
+    from scrapy.settings.default_settings import CONCURRENT_REQUESTS_PER_DOMAIN
+
+    from scrapy_polite.settings.config import host_concurrency_max
+
+    # What the project would get without the two lines, the add-on applied; at the project's
+    # priority, which the add-on's own cannot replace.
+    settings.set("DOWNLOAD_DELAY", 0, "project")
+    most = max(host_concurrency_max(settings), CONCURRENT_REQUESTS_PER_DOMAIN)
+    settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", most, "project")
+    logger.info(
+        "scrapy-polite: DOWNLOAD_DELAY = 1 and CONCURRENT_REQUESTS_PER_DOMAIN = 1, as scrapy startproject "
+        "writes them, are replaced by the POLITE_* gates (they would hold each host to one request at a "
+        "time, about 60 per minute, whatever the pool); set POLITE_DELAY or POLITE_HOST_CONCURRENCY to "
+        "slow a host down, or remove the two lines from settings.py to silence this"
+    )
+
+
+def _delay_cost(settings: BaseSettings) -> str:
+    """What ``DOWNLOAD_DELAY`` costs on top of the gates, for its warning."""
+    try:
+        delay = float(settings.get("DOWNLOAD_DELAY"))
+    except (TypeError, ValueError):
+        return ""
+    if not delay > 0:
+        return ""
+    return (
+        f" (Scrapy waits about {delay:g} s between two requests to a host, whatever the pool: "
+        f"at most about {60 / delay:.0f} pages/min per host)"
+    )
 
 
 def _lift_slot_concurrency(settings: BaseSettings) -> None:
@@ -87,8 +142,9 @@ def _lift_slot_concurrency(settings: BaseSettings) -> None:
         settings.set(name, most, "addon")
     else:
         logger.warning(
-            "scrapy-polite: %s=%r from your settings caps each host below POLITE_HOST_CONCURRENCY(_MAX) (%d); "
-            "remove it and set POLITE_HOST_CONCURRENCY instead", name, settings.get(name), most,
+            "scrapy-polite: %s=%r from your settings caps each host below POLITE_HOST_CONCURRENCY(_MAX) (%d): "
+            "at most %s request(s) to a host at a time, whatever the pool; remove it and set "
+            "POLITE_HOST_CONCURRENCY instead", name, settings.get(name), most, settings.get(name),
         )
 
 

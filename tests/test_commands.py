@@ -2,7 +2,8 @@
 
 ``polite-report`` and ``polite-fleet`` come in three forms (console script,
 ``scrapy polite-…``, ``python -m scrapy_polite …``) sharing one parser and one
-run function; ``scrapy settings`` answers for the POLITE_* defaults; and
+run function; ``scrapy polite-settings`` answers as a crawl sees the settings (Scrapy's own
+``settings`` command is left alone); and
 ``scrapy polite-tune`` accepts a spider whose custom_settings enable the add-on.
 
 The test environments have the package installed in editable mode from another
@@ -112,8 +113,16 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
         "polite-tune": "scrapy_polite.cli.tune:Command",
         "polite-report": "scrapy_polite.cli.report:Command",
         "polite-fleet": "scrapy_polite.cli.fleet:Command",
-        "settings": "scrapy_polite.cli.settings:Command",
+        "polite-settings": "scrapy_polite.cli.settings:Command",
     }
+    # None of them replaces one of Scrapy's own commands (an entry point of the same name would,
+    # in every project of the environment).
+    import pkgutil
+
+    import scrapy.commands
+
+    builtin = {m.name.replace("_", "-") for m in pkgutil.iter_modules(scrapy.commands.__path__)}
+    assert "settings" in builtin and not builtin & set(eps["scrapy.commands"])
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
@@ -202,7 +211,7 @@ async def test_fleet_against_a_real_redis_in_each_form(sandbox, redis_server, in
     assert empty.returncode == 1 and "no process has published stats" in empty.stderr, shown(empty)
 
 
-# -- scrapy settings ------------------------------------------------------------
+# -- scrapy polite-settings -----------------------------------------------------
 
 
 def make_project(root: Path, settings: str, spider: str = "") -> Path:
@@ -216,17 +225,20 @@ def make_project(root: Path, settings: str, spider: str = "") -> Path:
     return root
 
 
-def test_scrapy_settings_answers_for_the_defaults(tmp_path: Path, installed_env: dict[str, str]) -> None:
+def test_polite_settings_answers_as_a_crawl_sees_them(tmp_path: Path, installed_env: dict[str, str]) -> None:
     from scrapy_polite.settings.config import DEFAULTS
 
-    def get(cwd: Path, name: str, *args: str) -> str:
-        proc = run([sys.executable, "-m", "scrapy", "settings", "--get", name, *args], installed_env, cwd=cwd)
+    def get(cwd: Path, name: str, *args: str, command: str = "polite-settings") -> str:
+        proc = run([sys.executable, "-m", "scrapy", command, "--get", name, *args], installed_env, cwd=cwd)
         assert proc.returncode == 0, shown(proc)
         return proc.stdout.strip()
 
     polite = make_project(tmp_path / "polite", 'ADDONS = {"scrapy_polite.Addon": 500}\n')
     assert get(polite, "POLITE_DELAY") == str(DEFAULTS["POLITE_DELAY"]) == "(0.8, 1.6)"
     assert get(polite, "POLITE_RATE_LIMIT_CODES") == "[429]"
+    # What the add-on takes over for a crawl: 429 is no longer retried at once by RetryMiddleware.
+    retried = get(polite, "RETRY_HTTP_CODES")
+    assert "503" in retried and "429" not in retried
     # Nothing the user set is overridden: the command line, nor the project's own value.
     assert get(polite, "POLITE_DELAY", "-s", "POLITE_DELAY=0.3,0.5") == "0.3,0.5"
     assert get(EXAMPLE, "POLITE_LOG_INTERVAL") == "10"
@@ -236,6 +248,9 @@ def test_scrapy_settings_answers_for_the_defaults(tmp_path: Path, installed_env:
     plain = make_project(tmp_path / "plain", "")
     assert get(plain, "POLITE_DELAY") == "None"
     assert get(plain, "DOWNLOAD_DELAY") == "0"
+    # Scrapy's own command is Scrapy's: the project settings as written, add-ons not applied.
+    assert get(polite, "POLITE_DELAY", command="settings") == "None"
+    assert "429" in get(polite, "RETRY_HTTP_CODES", command="settings")
 
 
 # -- scrapy polite-tune ---------------------------------------------------------

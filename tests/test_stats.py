@@ -149,6 +149,11 @@ async def test_stats_match_the_access_log_with_429s_and_404s(sandbox, tmp_path: 
     records = read_jsonl(jsonl)
     stats = result.stats
     label_to_ip = {f"http://127.0.0.1:{urlsplit(u).port}": ip for u, ip in zip(sb.proxy_urls, sb.proxy_exit_ips)}
+    # Stats keys name an endpoint by host:port, one segment between slashes (monitoring tools split on /).
+    key_to_ip = {f"127.0.0.1:{urlsplit(u).port}": ip for u, ip in zip(sb.proxy_urls, sb.proxy_exit_ips)}
+    endpoint_keys = [k for k in stats if "endpoint/" in k]
+    assert endpoint_keys and all(len(k.split("/")) in (3, 4, 5) for k in endpoint_keys)
+    assert {k.split("/")[2] for k in stats if k.startswith("polite/endpoint/")} == set(key_to_ip)
 
     # Every attempt is one record and one access-log line; the statuses agree.
     truth = statuses(log)
@@ -164,11 +169,11 @@ async def test_stats_match_the_access_log_with_429s_and_404s(sandbox, tmp_path: 
     assert not stats.get("polite/gave_up")
 
     # Per endpoint: what the package counted for each proxy is what the target saw from its exit IP.
-    for label, ip in label_to_ip.items():
+    for key, ip in key_to_ip.items():
         seen = Counter(e["status"] for e in log if e["ip"] == ip)
-        counted = {s: stats[f"polite/endpoint/{label}/status/{s}"] for s in seen}
-        assert counted == dict(seen), label
-        assert stats.get(f"polite/rate_limited/endpoint/{label}", 0) == seen[429]
+        counted = {s: stats[f"polite/endpoint/{key}/status/{s}"] for s in seen}
+        assert counted == dict(seen), key
+        assert stats.get(f"polite/rate_limited/endpoint/{key}", 0) == seen[429]
 
     # The exit IP of every response is the IP the target saw, attempt by attempt, from the header.
     ours, theirs = per_url(records, log)
@@ -701,3 +706,15 @@ def test_a_page_marked_after_the_fact_is_one_attempt_and_one_request_of_its_tier
     get = stats.stats.get_value
     assert (get("polite/attempts"), get("polite/success", 0), stats.challenges) == (1, 0, 1)
     assert (get("polite/tier/0/requests"), get("polite/tier/0/bytes")) == (1, 100)
+
+
+def test_endpoint_stats_keys_are_one_segment_per_endpoint() -> None:
+    from scrapy_polite.metrics.top import key_name
+    from scrapy_polite.pool.endpoints import expand
+
+    endpoints, _ = expand(
+        ["http://u:pw@10.0.0.1:8000", "https://10.0.0.2:8443", "http://u-session-{session}:pw@gw.example:7000"], 2
+    )
+    names = [key_name(e.label) for e in endpoints]
+    assert names[:2] == ["10.0.0.1:8000", "https:10.0.0.2:8443"]
+    assert all("/" not in n and "pw" not in n for n in names) and len(set(names)) == len(names) == 4

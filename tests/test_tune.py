@@ -127,6 +127,13 @@ def test_tune_per_ip_limit_recommends_no_less_than_the_limit(sandbox: Any, tmp_p
     assert (low + high) / 2 >= 0.95, run.report()
     assert run.concurrency <= 8
     assert not [e for e in run.log if e["status"] == 403], run.report()
+    # There is no host-wide limit: if a trial's throttle suspected one, the finding says how unsure it is.
+    claimed = re.search(r"^Host-wide limit: in trial .*$", run.out, re.M)
+    assert claimed is None or "(uncertain:" in claimed.group(0), run.report()
+    # Never slower than the start (the user's settings), which was clean here.
+    start = re.search(r"^\s*1\s{2}start\s.*?([\d.]+)\s+[\d.]+%", run.out, re.M)
+    best = re.search(r"^Recommended settings.py lines \(trial \d+: ([\d.]+) successful", run.out, re.M)
+    assert start and best and float(best.group(1)) >= float(start.group(1)), run.report()
 
 
 @pytest.mark.slow

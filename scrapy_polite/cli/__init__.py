@@ -24,7 +24,7 @@ class ModuleCommand(ScrapyCommand):
     requires_project = False
     # Nothing here crawls: no reactor, no crawler process (Scrapy >= 2.14 honours it).
     requires_crawler_process = False
-    default_settings: dict[str, Any] = {"LOG_ENABLED": False}
+    default_settings = {"LOG_ENABLED": False}
 
     def _module(self) -> Any:
         return importlib.import_module(self.module)

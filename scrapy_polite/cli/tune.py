@@ -25,16 +25,10 @@ from scrapy.utils.conf import arglist_to_dict
 
 from scrapy_polite.cli import enables_addon
 from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.tune.findings import host_limit_finding
+from scrapy_polite.tune.output import HEADER, format_row, settings_lines
 from scrapy_polite.tune.trial import FILE_SETTING, REQUESTS_SETTING
-from scrapy_polite.tune.tuner import (
-    HEADER,
-    Trial,
-    TrialResult,
-    TrialSettings,
-    Tuner,
-    format_row,
-    settings_lines,
-)
+from scrapy_polite.tune.tuner import Trial, TrialResult, TrialSettings, Tuner
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
 TUNED = (
@@ -182,19 +176,11 @@ class Command(ScrapyCommand):
 
 
 def _host_limit_note(tuner: Tuner, out: _Printer) -> None:
-    """Say how far the throttle held a host-wide limit: no POLITE_* setting is a host rate."""
-    best = tuner.recommendation()
-    candidates = ([best] if best is not None else []) + [t for t in reversed(tuner.trials) if t is not best]
-    for trial in candidates:
-        r = trial.result
-        if r is not None and r.error is None and r.host_rate_limit is not None:
-            out("")
-            out(
-                f"Host-wide limit: in trial {trial.index} the throttle held {r.throttled_host} to "
-                f"{r.host_rate_limit:.2f} requests/s after its first 429s, whatever the delay; "
-                "every crawl finds that rate again the same way."
-            )
-            return
+    """Say whether the throttle met a host-wide limit, and how sure that is."""
+    finding = host_limit_finding(tuner.trials)
+    if finding:
+        out("")
+        out(finding)
 
 
 def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:

@@ -10,6 +10,7 @@ from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import requeue
 from scrapy_polite.downloader.proxy_meta import REVISES_KEY
+from scrapy_polite.downloader.requeue import Decision
 from scrapy_polite.downloader.response_policy import BAN, CHALLENGE, PROXY_ERROR, RATE_LIMITED, TARGET_ERROR
 from scrapy_polite.metrics.outcome import Outcome
 
@@ -136,7 +137,7 @@ class Recorder:
         request: Request,
         kind: str,
         lease: Lease,
-        decision: requeue.Decision,
+        decision: Decision,
         *,
         status: int | None,
         exception: BaseException | None,

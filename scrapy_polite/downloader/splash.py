@@ -176,7 +176,7 @@ def _target_code(info: Any) -> int | None:
         return int(match.group(1))
     if info.get("type") == "HTTP":
         try:
-            return int(info.get("code"))
-        except (TypeError, ValueError):
+            return int(str(info.get("code")))
+        except ValueError:
             return None
     return None

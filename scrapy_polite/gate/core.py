@@ -32,7 +32,7 @@ from scrapy_polite.gate.state import (
 )
 from scrapy_polite.pool.endpoints import Endpoint
 
-CallLater = Callable[[float, Callable[[], None]], object]
+CallLater = Callable[[float, Callable[[], object]], object]
 #: (concurrency, delay) a host starts at, by host key.
 HostOverrides = dict[str, tuple[int, tuple[float, float]]]
 #: New session identities remembered, before their first pin, as to avoid their predecessor's endpoint.
@@ -96,7 +96,7 @@ class GateCore:
 
     # -- hooks a backend fills in ------------------------------------------
 
-    def _call_later(self, delay: float, func: Callable[[], None]) -> object:
+    def _call_later(self, delay: float, func: Callable[[], object]) -> object:
         raise NotImplementedError
 
     def _kick(self, host: str | None = None) -> None:

@@ -75,7 +75,7 @@ class LocalGate(GateCore):
         self._dropped = 0  # hosts and sessions dropped since the tables were last compacted
         self.set_endpoints(endpoints)
 
-    def _call_later(self, delay: float, func: Callable[[], None]) -> object:
+    def _call_later(self, delay: float, func: Callable[[], object]) -> object:
         return self._reactor_call_later(delay, func)
 
     # -- core hooks -------------------------------------------------------------
@@ -319,14 +319,14 @@ class LocalGate(GateCore):
                     return None, self._next_health_change(now)
                 s.endpoint_key = key
                 self.session_load.pin(key)
-            st = self._endpoints[s.endpoint_key]
-            if st.removed:  # within its removal grace: wait for it to come back
-                until = self._removals.until(st.endpoint.key)
+            pinned = self._endpoints[s.endpoint_key]
+            if pinned.removed:  # within its removal grace: wait for it to come back
+                until = self._removals.until(pinned.endpoint.key)
                 return None, float("inf") if until is None else until
-            if st.inflight >= self.endpoint_concurrency:
+            if pinned.inflight >= self.endpoint_concurrency:
                 return None, float("inf")
-            ready = self._ready_at(st, waiter.host, h, now)
-            return (st, 0.0) if ready <= now else (None, ready)
+            ready = self._ready_at(pinned, waiter.host, h, now)
+            return (pinned, 0.0) if ready <= now else (None, ready)
         wake = float("inf")
         for key in self._idle if waiter.endpoint is None else [waiter.endpoint]:
             st = self._endpoints.get(key)
@@ -410,7 +410,9 @@ class LocalGate(GateCore):
         self._kick()
 
 
-def _reactor_call_later(delay: float, func: Callable[[], None]) -> object:
+def _reactor_call_later(delay: float, func: Callable[[], object]) -> object:
     from twisted.internet import reactor
 
-    return reactor.callLater(delay, func)  # type: ignore[attr-defined]
+    # The reactor module is typed as a module, not as the IReactorTime it provides.
+    clock: Any = reactor
+    return clock.callLater(delay, func)

@@ -162,7 +162,7 @@ class _HostThrottle:
         elif change in ("pause", "park"):
             self.pause_count += 1
             held = rec.get("to")
-            if len(self.pauses) < _MAX_PAUSES and _number(held, 0.0, _MAX_SECONDS):
+            if len(self.pauses) < _MAX_PAUSES and held is not None and _number(held, 0.0, _MAX_SECONDS):
                 self.pauses.append((t, change, float(held)))
         evidence = rec.get("evidence")
         limit = evidence.get("host_limit") if isinstance(evidence, dict) else None
@@ -170,7 +170,7 @@ class _HostThrottle:
             fell, met = limit.get("fell_from"), float(limit["ceiling"])
             if self.limit is None or self.limit[0] != met:
                 self.series["host_limit"].add(t, met)  # each level the limit was met at, once
-            self.limit = (met, float(fell) if _number(fell, 0.0, _MAX_SECONDS) else None)
+            self.limit = (met, float(fell) if fell is not None and _number(fell, 0.0, _MAX_SECONDS) else None)
 
     def final(self, name: str) -> float | None:
         s = self.series[name]
@@ -221,8 +221,8 @@ class _Group:
             merged: dict[int, list[int]] = {}
             for key, counts in self.buckets.items():
                 m = merged.setdefault(key // 2, [0, 0, 0, 0])
-                for i, v in enumerate(counts):
-                    m[i] += v
+                for i, n in enumerate(counts):
+                    m[i] += n
             self.buckets = merged
 
     def ladder(self, slices: int = LADDER_SLICES) -> list[tuple[int, int, int, int]]:
@@ -237,7 +237,11 @@ class _Group:
             r[0] += lim
             r[1] += ch
             r[2] += ban
-        return [((first + i * per) * self.resolution, *rows.get(i, [0, 0, 0])) for i in range(max(rows) + 1)]
+        out = []
+        for i in range(max(rows) + 1):
+            lim, ch, ban = rows.get(i, (0, 0, 0))
+            out.append(((first + i * per) * self.resolution, lim, ch, ban))
+        return out
 
     def merge(self, other: _Group) -> None:
         """Counts and latencies of *other* into this one (the OTHER row)."""
@@ -779,9 +783,9 @@ def host_timeline_svg(data: ReportData, host: str, g: _Group) -> str:
         for (ta, va), (tb, _vb) in zip(steps, steps[1:]):
             path += [f"{x(ta):.1f},{y(va):.1f}", f"{x(tb):.1f},{y(va):.1f}"]
         svg.add(f'<polyline class="step" points="{" ".join(path)}"/>')
-        for t, v in points:
-            shown = "unlimited" if v is None else _num(v)
-            svg.add(f'<circle class="event" cx="{x(t):.1f}" cy="{y(v):.1f}" r="2.5"><title>{escape(name)} '
+        for t, level in points:
+            shown = "unlimited" if level is None else _num(level)
+            svg.add(f'<circle class="event" cx="{x(t):.1f}" cy="{y(level):.1f}" r="2.5"><title>{escape(name)} '
                     f"{shown} at {_num((t - t0) / unit)} {unit_name}</title></circle>")
         svg.text(W - R, top + 10, f"last {'unlimited' if points[-1][1] is None else _num(points[-1][1])}",
                  "end", "tick")
@@ -885,14 +889,14 @@ def render(
     ep_rows = [[ep, sum(c.values()), *(c.get(lab, 0) for lab in labels)] for ep, c in ranked[:top]]
     if ranked[top:]:
         ep_rows.append([OTHER, sum(ep_other.values()), *(ep_other.get(lab, 0) for lab in labels)])
-    throttled = [(host, g) for host, g in top_hosts if g.throttle is not None]
+    throttled = [(host, g.throttle) for host, g in top_hosts if g.throttle is not None]
     throttle_part = [
         "<h2>Throttle per host</h2>",
         f'<p class="sub">{data.throttle_events} throttle events: what the throttle changed, what the '
         "rate signals behind it were blamed on, and the host-wide limit it last met.</p>",
         _table(["host", "events", "per-IP signals", "host-wide signals", "concurrency", "spacing",
                 "host rate", "host limit met at", "pauses", "parks"],
-               [_throttle_row(h, g.throttle) for h, g in throttled]),
+               [_throttle_row(h, th) for h, th in throttled]),
     ] if data.throttle_events else []
     timelines = [
         _figure(f"fig-host-{i}", f"Throttle timeline: {host}", host_timeline_svg(data, host, g),

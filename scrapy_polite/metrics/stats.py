@@ -23,7 +23,7 @@ from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
 from scrapy_polite.metrics.summary import format_summary
-from scrapy_polite.metrics.top import OTHER, admit
+from scrapy_polite.metrics.top import OTHER, admit, key_name
 from scrapy_polite.runtime import enabled_runtime
 
 if TYPE_CHECKING:
@@ -264,12 +264,12 @@ class PoliteStats:
             inc("polite/rate_limited")
             inc(f"polite/rate_limited/host/{host}")
             if endpoint:
-                inc(f"polite/rate_limited/endpoint/{endpoint}")
+                inc(f"polite/rate_limited/endpoint/{key_name(endpoint)}")
         if challenge:
             inc("polite/challenges")
             inc(f"polite/challenges/host/{host}")
             if endpoint:
-                inc(f"polite/challenges/endpoint/{endpoint}")
+                inc(f"polite/challenges/endpoint/{key_name(endpoint)}")
         if outcome.tier is not None:
             inc(f"polite/tier/{outcome.tier}/requests")
             inc(f"polite/tier/{outcome.tier}/bytes", outcome.size or 0)
@@ -512,9 +512,9 @@ class PoliteStats:
         endpoints, folded = fold_top(s["endpoints"], top)
         set_value("polite/endpoints_folded", folded)
         for ep, e in endpoints.items():
-            set_value(f"polite/endpoint/{ep}/attempts", e["attempts"])
+            set_value(f"polite/endpoint/{key_name(ep)}/attempts", e["attempts"])
             for label, n in e["statuses"].items():
-                set_value(f"polite/endpoint/{ep}/status/{label}", n)
+                set_value(f"polite/endpoint/{key_name(ep)}/status/{label}", n)
         sessions, cap = s["sessions"], self.config.stats_sessions_map
         if cap:
             set_value("polite/sessions_map", dict(sorted(sessions.items())[:cap]))

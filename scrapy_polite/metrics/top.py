@@ -9,10 +9,13 @@ from typing import Protocol, TypeVar
 OTHER = "(other)"
 
 
+_Self = TypeVar("_Self", bound="Row")
+
+
 class Row(Protocol):
     @property
     def total(self) -> int: ...
-    def merge(self, other: Row) -> None: ...
+    def merge(self: _Self, other: _Self) -> None: ...
 
 
 R = TypeVar("R", bound=Row)
@@ -36,3 +39,14 @@ def admit(table: dict[str, R], name: str, limit: int, make_other: Callable[[], R
     for key in folded:
         other.merge(table.pop(key))
     return folded
+
+
+def key_name(label: str) -> str:
+    """An endpoint's label as one stats-key segment: no ``/``, no default scheme.
+
+    Monitoring tools split Scrapy's stats keys on ``/``, so
+    ``http://10.0.0.1:8000/session=p0ab`` becomes ``10.0.0.1:8000;session=p0ab``
+    (another scheme stays in front: ``https:10.0.0.1:8443``).
+    """
+    name = label.removeprefix("http://").replace("://", ":", 1)
+    return name.replace("/", ";")

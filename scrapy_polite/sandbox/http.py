@@ -8,6 +8,7 @@ read-until-close responses, with every read bounded by a timeout.
 from __future__ import annotations
 
 import asyncio
+import builtins  # Headers has a method named set: its annotations name the type
 import email.utils
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -71,7 +72,7 @@ class Headers:
         self.remove(name)
         self.add(name, value)
 
-    def connection_tokens(self) -> set[str]:
+    def connection_tokens(self) -> builtins.set[str]:
         """Lower-cased tokens of all ``Connection`` headers."""
         return {t.strip().lower() for v in self.get_all("connection") for t in v.split(",") if t.strip()}
 

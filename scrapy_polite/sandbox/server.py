@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
@@ -80,7 +81,7 @@ class SandboxServer:
                 continue
             self._timers.append(
                 loop.call_later(
-                    max(0.0, f.at), lambda f=f: asyncio.ensure_future(self.set_proxy_mode(f.proxy, f.mode))
+                    max(0.0, f.at), partial(self._fail_later, f.proxy, f.mode)
                 )
             )
         self._timers.append(loop.call_later(self.config.max_runtime, self.stop_event.set))
@@ -124,6 +125,10 @@ class SandboxServer:
                 raise KeyError("no gateway configured")
             return self.gateway
         return self.proxies[int(ref)]
+
+    def _fail_later(self, ref: int | str, mode: str) -> None:
+        """A timer's callback: the failure scheduled for *ref*, started on the loop."""
+        asyncio.ensure_future(self.set_proxy_mode(ref, mode))
 
     async def set_proxy_mode(self, ref: int | str, mode: str) -> None:
         """Switch one proxy's failure mode."""

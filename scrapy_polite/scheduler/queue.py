@@ -177,6 +177,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         super().__init__(crawler, *args, **kwargs)
         iface = _GateInterface(crawler)
         compat.set_downloader_interface(self, iface)
+        self._iface = iface  # the same object, typed as the gate's (Scrapy's attribute is typed as its own)
         gate = get_runtime(crawler).gate
         self._gate = gate
         self._index: LoadIndex | None = LoadIndex()
@@ -188,7 +189,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
 
     def _refresh(self, slot: str, adjust: int = 0) -> None:
         if self._index is not None and slot in self.pqueues:
-            self._index.set(slot, self._downloader_interface.load(self._gate, slot) + adjust)
+            self._index.set(slot, self._iface.load(self._gate, slot) + adjust)
 
     def _gate_load(self, host: str, load: int) -> None:
         self._refresh(host)
@@ -209,7 +210,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
             slot = index.best(update_state=True)
             if slot is None:
                 return None
-            actual = self._downloader_interface.load(self._gate, slot)
+            actual = self._iface.load(self._gate, slot)
             if actual == index.load(slot):
                 if not update_state:
                     index.last = saved
@@ -230,7 +231,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
 
     def _only(self, slot: str, call: Any) -> Any:
         """Scrapy's own pop or peek (its bookkeeping, its JOBDIR clean-up) on *slot* alone."""
-        iface = self._downloader_interface
+        iface = self._iface
         iface.only = slot
         try:
             return call()
@@ -242,7 +243,7 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         if self._index is not None:
             slot = self._downloader_interface.get_slot_key(request)
             if slot not in self._index:
-                self._index.set(slot, self._downloader_interface.load(self._gate, slot))
+                self._index.set(slot, self._iface.load(self._gate, slot))
 
     def peek(self) -> Request | None:
         if self._index is None:

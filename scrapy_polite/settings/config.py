@@ -7,6 +7,7 @@ naming the setting, the value and what is expected.
 
 from __future__ import annotations
 
+import builtins  # _Reader has methods named int, float, str, list, bool: its annotations name the types
 import math
 import os
 import re
@@ -376,11 +377,11 @@ class _Reader:
     def float(self, name: str, minimum: float | None = None, maximum: float | None = None) -> float:
         return self._number(name, self.raw(name), float, minimum, maximum)
 
-    def optional_int(self, name: str, minimum: int | None = None, maximum: int | None = None) -> int | None:
+    def optional_int(self, name: builtins.str, minimum: builtins.int | None = None, maximum: builtins.int | None = None) -> builtins.int | None:
         value = self.settings.get(name, DEFAULTS[name])
         return None if _unset(value) else self._number(name, value, int, minimum, maximum)
 
-    def optional_float(self, name: str, minimum: float | None = None) -> float | None:
+    def optional_float(self, name: builtins.str, minimum: builtins.float | None = None) -> builtins.float | None:
         value = self.settings.get(name, DEFAULTS[name])
         return None if _unset(value) else self._number(name, value, float, minimum, None)
 
@@ -390,7 +391,7 @@ class _Reader:
             raise PoliteConfigError(name, value, "a non-empty string")
         return value
 
-    def optional_str(self, name: str) -> str | None:
+    def optional_str(self, name: builtins.str) -> builtins.str | None:
         value = self.settings.get(name, DEFAULTS[name])
         if _unset(value):
             return None
@@ -400,13 +401,13 @@ class _Reader:
             raise PoliteConfigError(name, value, "a string or None")
         return value
 
-    def optional_url(self, name: str) -> str | None:
+    def optional_url(self, name: builtins.str) -> builtins.str | None:
         value = self.optional_str(name)
         if value is not None and not value.startswith(("http://", "https://")):
             raise PoliteConfigError(name, value, "an http:// or https:// URL, or None")
         return value
 
-    def state(self, name: str) -> str:
+    def state(self, name: builtins.str) -> builtins.str:
         value = self.raw(name)
         if value == "memory" or (
             isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
@@ -417,20 +418,20 @@ class _Reader:
         shown = mask_url(value) if isinstance(value, str) else value
         raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
 
-    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+    def choice(self, name: builtins.str, choices: tuple[builtins.str, ...]) -> builtins.str:
         value = self.raw(name)
         if value not in choices:
             raise PoliteConfigError(name, value, "one of " + ", ".join(repr(c) for c in choices))
         return value
 
-    def choices(self, name: str, choices: tuple[str, ...]) -> list[str]:
+    def choices(self, name: builtins.str, choices: tuple[builtins.str, ...]) -> builtins.list[builtins.str]:
         values = self.list(name)
         bad = [v for v in values if v not in choices]
         if bad:
             raise PoliteConfigError(name, values, "a list of " + ", ".join(repr(c) for c in choices))
         return values
 
-    def playwright_max_contexts(self) -> int:
+    def playwright_max_contexts(self) -> builtins.int:
         """``POLITE_PLAYWRIGHT_MAX_CONTEXTS``: at most ``PLAYWRIGHT_MAX_CONTEXTS``, which it defaults to.
 
         Above scrapy-playwright's own limit, a new context would wait there while
@@ -446,7 +447,7 @@ class _Reader:
             )
         return ours
 
-    def list(self, name: str) -> list[Any]:
+    def list(self, name: builtins.str) -> builtins.list[Any]:
         value = self.raw(name)
         if isinstance(value, str):
             # Command line (-s) and Scrapyd pass strings: comma/space separated.
@@ -455,18 +456,18 @@ class _Reader:
             raise PoliteConfigError(name, value, "a list")
         return list(value)
 
-    def proxies(self, name: str) -> list[Any]:
+    def proxies(self, name: builtins.str) -> builtins.list[Any]:
         """Like :meth:`list`, but a string is split without taking a piece of a password for a proxy."""
         value = self.raw(name)
         return split_proxies(value, name) if isinstance(value, str) else self.list(name)
 
-    def str_list(self, name: str) -> list[str]:
+    def str_list(self, name: builtins.str) -> builtins.list[builtins.str]:
         values = self.list(name)
         if not all(isinstance(v, str) and v for v in values):
             raise PoliteConfigError(name, values, "a list of non-empty strings")
         return values
 
-    def challenge_patterns(self, name: str) -> tuple[ChallengePattern, ...]:
+    def challenge_patterns(self, name: builtins.str) -> tuple[ChallengePattern, ...]:
         """Each entry a dict: ``{"header": name, "value": regex}`` or ``{"status": [codes], "body": regex}``."""
         expected = 'a list of {"header": name, "value": regex} or {"status": [codes], "body": regex} dicts'
         found: list[ChallengePattern] = []
@@ -494,7 +495,7 @@ class _Reader:
                 raise PoliteConfigError(name, entry, f"valid regular expressions ({exc})") from None
         return tuple(found)
 
-    def proxy_tiers(self, name: str) -> tuple[Any, ...]:
+    def proxy_tiers(self, name: builtins.str) -> tuple[Any, ...]:
         """Each tier a list of proxies, or the path of a proxies file; tiers come cheapest first."""
         tiers: list[Any] = []
         for tier in self.list(name):
@@ -506,10 +507,10 @@ class _Reader:
                 raise PoliteConfigError(name, Shown("[...]"), "a list of tiers: proxy lists or proxies-file paths")
         return tuple(tiers)
 
-    def codes(self, name: str) -> frozenset[int]:
+    def codes(self, name: builtins.str) -> frozenset[builtins.int]:
         return frozenset(self._number(name, v, int, 100, 599) for v in self.list(name))
 
-    def host_concurrency(self) -> tuple[int, int]:
+    def host_concurrency(self) -> tuple[builtins.int, builtins.int]:
         """``POLITE_HOST_CONCURRENCY`` and ``POLITE_HOST_CONCURRENCY_MAX`` (4x it in adaptive mode by default)."""
         host_conc = self.int("POLITE_HOST_CONCURRENCY", minimum=1, maximum=100_000)
         conc_max = self.optional_int("POLITE_HOST_CONCURRENCY_MAX", minimum=1, maximum=100_000)
@@ -522,7 +523,7 @@ class _Reader:
             )
         return host_conc, conc_max
 
-    def rate_limit_codes(self) -> frozenset[int]:
+    def rate_limit_codes(self) -> frozenset[builtins.int]:
         """``POLITE_RATE_LIMIT_CODES``: never empty, or no component would handle a 429."""
         name = "POLITE_RATE_LIMIT_CODES"
         codes = self.codes(name)
@@ -530,7 +531,7 @@ class _Reader:
             raise PoliteConfigError(name, self.raw(name), "at least one HTTP status (e.g. [429])")
         return codes
 
-    def report_html(self) -> str | None:
+    def report_html(self) -> builtins.str | None:
         """``POLITE_REPORT_HTML``: the report is written from the run's JSONL, so it needs one."""
         name = "POLITE_REPORT_HTML"
         value = self.optional_str(name)
@@ -538,7 +539,7 @@ class _Reader:
             raise PoliteConfigError(name, value, "a path, with POLITE_STATS_JSONL set: the report is read from it")
         return value
 
-    def download_slots(self, defaults: HostLimits) -> dict[str, HostLimits]:
+    def download_slots(self, defaults: HostLimits) -> dict[builtins.str, HostLimits]:
         """Scrapy's ``DOWNLOAD_SLOTS`` as per-host :class:`HostLimits` over *defaults*.
 
         ``delay`` is Scrapy's: with ``randomize_delay`` (default ``RANDOMIZE_DOWNLOAD_DELAY``)
@@ -568,7 +569,7 @@ class _Reader:
             out[str(key)] = HostLimits(conc, conc_max, delay)
         return out
 
-    def range(self, name: str, positive: bool = False) -> tuple[float, float]:
+    def range(self, name: builtins.str, positive: builtins.bool = False) -> tuple[builtins.float, builtins.float]:
         value = self.raw(name)
         if isinstance(value, str):
             value = [v for v in value.replace(",", " ").split() if v]

@@ -213,7 +213,8 @@ class Tuner:
         assert self.best.result is not None
         best = self.best.result.pages_per_min
         if trial.change == THROTTLED:
-            return trial.result.pages_per_min >= self._throttled_floor(trial)
+            floor = _pages_per_min(self._start())
+            return trial.result.pages_per_min >= max(floor, self._throttled_floor(trial))
         return trial.result.pages_per_min >= best * (1 + self.min_gain)
 
     def _throttled_floor(self, trial: Trial) -> float:
@@ -236,21 +237,39 @@ class Tuner:
         return self.best.result.pages_per_min * (1 - THROTTLED_TOLERANCE * self.min_gain)
 
     def recommendation(self) -> Trial | None:
-        """The best acceptable trial (highest successful pages/min, ties to the gentler one)."""
-        return self.best
+        """The trial whose settings are recommended (see :meth:`recommended_settings`)."""
+        chosen = self._choice()
+        return None if chosen is None else chosen[0]
 
     def recommended_settings(self) -> TrialSettings | None:
         """The best trial's settings, with ``POLITE_DELAY`` at least the spacing its throttle
         had to widen to when the search ended before trying that spacing (a ban or the budget
-        stopped it): that trial's few 429s said its delay was under the site's limit, and a
-        setting under the limit, next to a site that has blocked, is no recommendation."""
-        best = self.best
+        stopped it): a setting under the site's limit, next to a site that has blocked, is no
+        recommendation. Never slower than what the user has: the start's settings, when they
+        were acceptable, unless a trial measured faster (or its spacing is no wider)."""
+        chosen = self._choice()
+        return None if chosen is None else chosen[1]
+
+    def _choice(self) -> tuple[Trial, TrialSettings] | None:
+        best, start = self.best, self._start()
         if best is None:
             return None
         planned = self._throttled_settings(best)
-        if planned is None or any(t.settings == planned for t in self.trials):
-            return best.settings  # kept, or tried and found slower
-        return planned
+        tried = [t for t in self.trials if planned is not None and t.settings == planned]
+        floor = _pages_per_min(start)
+        if start is not None and tried and tried[0] is not best and _pages_per_min(tried[0]) < floor:
+            return start, start.settings  # the spacing the site allows measured slower than the start
+        if planned is None or tried:
+            return best, best.settings  # kept, or tried and found slower
+        if start is not None and _mean(planned.delay) > _mean(start.settings.delay):
+            return start, start.settings  # untried, and wider than what the user has
+        return best, planned
+
+    def _start(self) -> Trial | None:
+        """The first trial (the user's settings), when it was acceptable: no recommendation is slower."""
+        first = self.trials[0] if self.trials else None
+        ok = first is not None and first.result is not None and self.acceptable(first.result)
+        return first if ok else None
 
     def _throttled_settings(self, trial: Trial) -> TrialSettings | None:
         """*trial*'s settings with the spacing its throttle ended with, if that was wider."""
@@ -403,34 +422,8 @@ class Tuner:
 
 # -- output --------------------------------------------------------------------
 
-HEADER = (
-    f"{'#':>2}  {'change':<26} {'host conc.':>10} {'delay (s)':>11} {'requests':>8} {'ok':>5} {'429':>4} "
-    f"{'403':>4} {'pages/min':>9} {'429 rate':>8} {'P95':>8}  verdict"
-)
-
-
-def format_row(trial: Trial) -> str:
-    """One table row: counts of the whole trial, pages/min, the 429 rate of paced answers, P95."""
-    r = trial.result
-    s = trial.settings
-    head = f"{trial.index:>2}  {trial.change:<26} {s.host_concurrency:>10} {s.delay_text():>11} "
-    if r is None or r.sent is None:
-        sent = "?" if r is None else f"<={trial.allowance}"
-        return head + f"{sent:>8} {'-':>5} {'-':>4} {'-':>4} {'-':>9} {'-':>8} {'-':>8}  {trial.verdict or 'failed'}"
-    p95 = f"{r.p95:.3f}s" if r.p95 is not None else "-"
-    return head + (
-        f"{r.sent:>8} {r.success:>5} {r.rate_limited:>4} {r.status_403:>4} {r.pages_per_min:>9.1f} "
-        f"{r.rate_429 * 100:>7.1f}% {p95:>8}  {trial.verdict}"
-    )
-
-
-def settings_lines(settings: TrialSettings, endpoint_concurrency: int) -> list[str]:
-    """The recommended ``settings.py`` lines."""
-    return [
-        f"POLITE_HOST_CONCURRENCY = {settings.host_concurrency}",
-        f"POLITE_ENDPOINT_CONCURRENCY = {endpoint_concurrency}",
-        f"POLITE_DELAY = ({_num(settings.delay[0])}, {_num(settings.delay[1])})",
-    ]
+def _pages_per_min(trial: Trial | None) -> float:
+    return 0.0 if trial is None or trial.result is None else trial.result.pages_per_min
 
 
 def _mean(delay: tuple[float, float]) -> float:

@@ -192,7 +192,7 @@ class RedisGate(GateCore):
         self._outage_reported = False
         self.set_endpoints(endpoints)
 
-    def _call_later(self, delay: float, func: Callable[[], None]) -> object:
+    def _call_later(self, delay: float, func: Callable[[], object]) -> object:
         return asyncio.get_running_loop().call_later(delay, func)
 
     def _new_token(self) -> str:

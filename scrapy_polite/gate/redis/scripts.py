@@ -76,16 +76,15 @@ def acquire_args(candidates: list[str], **named: Any) -> list[Any]:
 
 def parse_acquire(reply: list[Any]) -> AcquireReply:
     code, ep_id, at, state, health, (signal, rate, found) = reply
-    values = [float(v) for v in state] + [-1.0] * (len(HostReply._fields) - len(state))
-    host = HostReply(*values)._replace(limit=int(values[1]), inflight=int(values[7]), grants=int(values[8]),
-                                       interval_v=int(values[9]))
+    v = [float(x) for x in state] + [-1.0] * (len(HostReply._fields) - len(state))
+    host = HostReply(v[0], int(v[1]), v[2], v[3], v[4], v[5], v[6], int(v[7]), int(v[8]), int(v[9]), v[10], v[11])
     return AcquireReply(str(code), str(ep_id), float(at), host, list(health), str(signal),
                         float(rate) if rate else None, found == "1")
 
 
 def source(name: str) -> str:
     """The Lua text of script *name*, with its prelude (and, for ACQUIRE, its named arguments)."""
-    lua = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    lua = resources.files(__package__).joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
     if name == "acquire":
         names = ", ".join(f"'{n}'" for n in ACQUIRE_ARGS)
         lua = (f"local A = {{}}\nfor i, name in ipairs({{{names}}}) do A[name] = ARGV[i] end\n"
