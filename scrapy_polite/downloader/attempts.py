@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.downloader import answers, failures
 from scrapy_polite.downloader import splash as splash_support
 from scrapy_polite.downloader.proxy_meta import REVISES_KEY
-from scrapy_polite.downloader.response_policy import BAN, PROXY_ERROR, RATE_LIMITED, STRONG, TARGET_ERROR, Verdict
+from scrapy_polite.downloader.response_policy import (
+    BAN,
+    PROXY_ERROR,
+    RATE_LIMITED,
+    STRONG,
+    TARGET_ERROR,
+    Verdict,
+)
 from scrapy_polite.downloader.retry_after import cooldown, parse_retry_after
 
 if TYPE_CHECKING:

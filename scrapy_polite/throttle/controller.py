@@ -100,8 +100,8 @@ class _Level:
 
     def flat(self, ratio: float) -> bool:
         """This level's refusals held their share through the cut made from the clean rate."""
-        share = self.share()
-        return bool(self.share_before) and share is not None and share >= ratio * self.share_before
+        share, before = self.share(), self.share_before
+        return before is not None and before > 0 and share is not None and share >= ratio * before
 
     def share(self) -> float | None:
         return self.refused / self.answers if self.answers >= 8 else None
@@ -301,8 +301,8 @@ class HostController:
         # than a cut gives up) or the pool sent much less: then at what the site answered cleanly.
         peak = in_force
         measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
-        if measured:
-            peak = min(peak, accepted)  # type: ignore[type-var]
+        if accepted is not None and measured:
+            peak = min(peak, accepted)
         new = max(b.min_rate(), peak * p.beta**depth)
         old = self.rate
         self.peak, self.rate = peak, new

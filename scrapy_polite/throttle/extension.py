@@ -97,7 +97,7 @@ class HostThrottle:
 
         started = time.monotonic()
         self._resume_calls = [c for c in self._resume_calls if c.active()]
-        self._resume_calls.append(reactor.callLater(max(0.0, until - started), resumed))  # type: ignore[attr-defined]
+        self._resume_calls.append(reactor.callLater(max(0.0, until - started), resumed))  # type: ignore[attr-defined,arg-type]
 
     def _closed(self, spider: Any = None) -> None:
         for call in self._resume_calls:
