@@ -127,6 +127,8 @@ class HostController:
     paused_until: float = 0.0
     #: The 429s do not depend on the rate: signals no longer cut.
     independent: bool = False
+    #: The rate a chain of cuts began from (what cuts that did not help are taken back to).
+    chain_from: float = 0.0
     quota_rate: float | None = None
     quota_scope: Scope = field(default_factory=Scope)
     quota_until: float = 0.0
@@ -213,8 +215,8 @@ class HostController:
         self.clean.append(s.sent_at)
         if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
             return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
-        if (not s.busy or s.sent_at < self.changed_at or self.rate is None or self.level.refused
-                or not self._in_use(s.now, self.rate)):
+        if (not s.busy or s.sent_at < self.changed_at or self.rate is None
+                or (self.level.refused and not self.independent) or not self._in_use(s.now, self.rate)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
             self.touched = max(self.touched, s.now)
             return None
@@ -274,9 +276,11 @@ class HostController:
             return None
         if self.level.flat_before and self.level.flat(self.params.independent_share):
             self.independent = True
-            old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.peak), s.now
-            return (f"429s as frequent at {old or 0:.2f} req/s, under the {self.peak:.2f} req/s the site "
-                    "answered cleanly, as above it: they do not depend on the rate; no more cuts")
+            old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
+            self.peak = self.rate
+            return (f"429s as frequent at {old or 0:.2f} req/s, under the rate the site answered cleanly, "
+                    f"as above it: they do not depend on the rate; cuts taken back to {self.rate:.2f} req/s, "
+                    "no more cuts")
         if self.rate is not None and self.rate < 0.999 * self.peak and self.level.answers < self.params.min_answers:
             return None  # a cut under the accepted rate needs a level's worth of evidence
         cost = (ra or 0.0) / max(1, self.bounds.ips)
@@ -316,6 +320,8 @@ class HostController:
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
         flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
+        if not flat:
+            self.chain_from = in_force  # where cuts that may prove unfounded began
         self.level = _Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"

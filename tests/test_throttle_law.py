@@ -1,0 +1,126 @@
+"""The throttle's law, through the real gate, against the sandbox's limiter zoo on a fake clock.
+
+Each test states what a site (or its operator) would see: pages, refusals, requests that came
+back inside a Retry-After, latency. None reads a tuned constant or a private field.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from zoo_sim import crawl
+
+from scrapy_polite.sandbox.limiters import ZOO
+from scrapy_polite.throttle.quota import Quota, Scope, read
+
+pytestmark = pytest.mark.once
+
+#: Kinds whose refusals a rate controller can keep rare (every kind but the rate-independent one).
+RATE_KINDS = [name for name in ZOO if name != "rate-independent"]
+
+
+@pytest.mark.parametrize("name", RATE_KINDS)
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_no_limiter_kind_sees_a_request_inside_its_retry_after_or_two_at_once_per_ip(name: str, adaptive: bool) -> None:
+    r = crawl(ZOO[name], 90.0, adaptive=adaptive)
+    assert r.inside_retry_after == 0
+    assert r.most_in_flight_per_ip == 1
+    assert r.ok > 0.3 * r.capacity * r.seconds, (name, r.efficiency)  # a crawl, not a stall
+    # Refusals stay a small share: a burst finding the limit, then a probe now and then.
+    assert r.refused_share < 0.12, (name, r.refused_share)
+
+
+@pytest.mark.parametrize("name", ["bucket-ip", "bucket-ip-burst", "sliding-log", "nginx-limit-req", "no-retry-after"])
+def test_adaptive_mode_gets_more_pages_than_the_defaults_where_the_band_is_slower_than_the_site(name: str) -> None:
+    defaults, adaptive = crawl(ZOO[name], 90.0, adaptive=False), crawl(ZOO[name], 90.0, adaptive=True)
+    assert adaptive.ok > 1.05 * defaults.ok, (defaults.efficiency, adaptive.efficiency)
+
+
+def test_a_concurrency_cap_answering_503_slows_the_pool_instead_of_speeding_it_up() -> None:
+    # 3 requests at a time host-wide, 0.5 s each, 503 without Retry-After beyond: each 503 is an
+    # overload answer, never a clean one.
+    r = crawl(ZOO["concurrency-cap"], 90.0, adaptive=True)
+    assert r.overloaded < 0.15 * r.requests
+    assert r.efficiency > 0.6
+
+
+def test_a_site_that_slows_down_above_its_limit_is_kept_near_its_unloaded_latency() -> None:
+    # Above 4 pages/s the site queues (up to 2 s) instead of refusing: the latency is the signal.
+    spec = ZOO["slowdown"]
+    r = crawl(spec, 90.0, adaptive=True)
+    assert statistics.median(r.latencies) < 0.3  # unloaded: 0.05 s; saturated: up to 2 s
+    assert r.efficiency > 0.6
+
+
+def test_429s_that_do_not_depend_on_the_rate_stop_cutting_it() -> None:
+    # Every URL's first request is refused whatever the rate: slowing down changes nothing.
+    spec = ZOO["rate-independent"]
+    r = crawl(spec, 90.0, adaptive=True, paths=True)
+    assert r.ok > 0.3 * r.capacity * r.seconds  # not cut to a crawl of one page now and then
+    assert r.inside_retry_after == 0
+
+
+def test_a_stated_quota_is_paced_to_without_a_refusal() -> None:
+    for name in ("ratelimit-headers", "ratelimit-headers-x"):
+        r = crawl(ZOO[name], 90.0, adaptive=True)
+        assert r.rate_limited == 0, name
+        assert r.efficiency > 0.6, (name, r.efficiency)
+
+
+def test_a_window_that_resets_for_every_ip_at_once_pauses_the_host_until_the_reset() -> None:
+    spec = {"kind": "fixed_window", "limit": 20, "window": 5.0, "scope": "host"}
+    for adaptive in (False, True):
+        r = crawl(spec, 90.0, adaptive=adaptive)
+        assert r.inside_retry_after == 0
+        assert r.refused_share < 0.1, r.refused_share
+        assert r.efficiency > 0.6, r.efficiency
+
+
+def test_a_penalty_for_overshooting_is_probed_rarely() -> None:
+    # Over its rate an IP is refused for 20 s: each probe past the limit idles one IP that long.
+    r = crawl(ZOO["penalty-box"], 120.0, adaptive=True)
+    assert r.rate_limited <= 12
+    assert r.inside_retry_after == 0
+
+
+def test_a_retry_after_longer_than_the_cap_keeps_the_ip_out_until_then() -> None:
+    # The site asks for 600 s, more than POLITE_RETRY_AFTER_MAX: the request goes again sooner, through
+    # another IP; the refused IP itself waits all of it.
+    spec = {"kind": "penalty_box", "rate": 1.0, "burst": 1, "penalty": 600.0}
+    r = crawl(spec, 60.0, adaptive=True, POLITE_RETRY_AFTER_MAX=30)
+    assert r.inside_retry_after == 0
+    assert r.ok > 0
+
+
+# -- the quota headers ---------------------------------------------------------------------------
+
+
+def headers(**values: str):
+    low = {k.lower().replace("_", "-"): v for k, v in values.items()}
+    return lambda name: low.get(name.lower())
+
+
+def test_the_ietf_fields_give_what_is_left_over_the_time_left() -> None:
+    q = read(headers(RateLimit_Policy='"default";q=100;w=60', RateLimit='"default";r=30;t=15'))
+    assert q == Quota(remaining=30, reset=15, limit=100, window=60)
+    assert q.pace() == 2.0
+    spent = read(headers(RateLimit='"default";r=0;t=4'))
+    assert spent is not None and spent.exhausted() and spent.reset == 4
+
+
+def test_x_ratelimit_reset_is_read_as_seconds_or_as_a_unix_time() -> None:
+    seconds = read(headers(X_RateLimit_Limit="10", X_RateLimit_Remaining="5", X_RateLimit_Reset="10"))
+    assert seconds is not None and seconds.pace() == 0.5
+    epoch = read(headers(X_RateLimit_Remaining="5", X_RateLimit_Reset="1800000010"), wall=lambda: 1.8e9)
+    assert epoch is not None and epoch.reset == pytest.approx(10)
+    assert read(headers(X_RateLimit_Remaining="soon")) is None
+    assert read(headers()) is None
+
+
+def test_a_quota_counted_down_by_every_ip_in_turn_is_the_hosts() -> None:
+    shared, own = Scope(), Scope()
+    for i in range(12):
+        shared.observe(f"ip{i % 4}", 100 - i)  # one counter: each answer one below the last
+        own.observe(f"ip{i % 4}", 100 - i // 4)  # a counter per IP: the IPs show the same count
+    assert shared.host_wide and not own.host_wide
