@@ -100,7 +100,8 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
     wall = float(spec.get("wall", 0.0))
     policy = ThrottlePolicy(cfg, gate, clock=ft.clock, wall=lambda: wall + ft.now,
                             notify=None if log is None else lambda *a: log.append((ft.now, *a)))
-    result = Result(seconds, limiter.capacity(ips))
+    steps = getattr(limiter, "steps", None)
+    result = Result(seconds, _mean_capacity(steps(ips), seconds) if steps else limiter.capacity(ips))
     deadlines: dict[str, float] = {}
     in_flight: dict[str, int] = {}
     fresh = iter(range(10**9))
@@ -154,3 +155,11 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         go()
     ft.run_until(seconds)
     return result
+
+
+def _mean_capacity(steps: list[tuple[float, float]], seconds: float) -> float:
+    """The mean of a capacity that steps at given times over the first *seconds*."""
+    total = 0.0
+    for (t, rate), (t_next, _) in zip(steps, [*steps[1:], (seconds, 0.0)]):
+        total += rate * max(0.0, min(t_next, seconds) - min(t, seconds))
+    return total / seconds

@@ -431,9 +431,10 @@ class HostController:
             return b.band
         even = b.ips / rate
         if b.adaptive:
-            # Jitter only lengthens: the shortest gap is the even share, which per-IP limits count.
-            lo = max(b.floor, even)
-            return lo, lo * (1 + 2 * j)
+            # Around the even share: an IP is due a little before its turn, and the host interval,
+            # not a chance alignment of spacings, paces the pool.
+            lo = max(b.floor, even * (1 - j))
+            return lo, max(lo, even * (1 + j))
         scale = max(1.0, even / (sum(b.band) / 2))
         return b.band[0] * scale, b.band[1] * scale
 

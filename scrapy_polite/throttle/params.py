@@ -31,7 +31,7 @@ class Params:
     #: Before the first signal (adaptive mode) the rate grows by this factor per round of one
     #: answer per IP (TCP's slow start doubles per round trip).
     slow_start: float = 1.5
-    #: Adaptive spacing is the even share ``ips / rate`` up to twice this fraction longer (jitter).
+    #: Adaptive spacing is the even share ``ips / rate`` within +/- this fraction (jitter).
     jitter: float = 0.05
     #: The accepted rate is measured over at least this many seconds, and at least
     #: ``min_answers`` answers at the rate in force.
