@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,7 +88,8 @@ class Result:
 
 
 def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True, ips: int = 8,
-          latency: float | None = None, paths: bool = False, log: list[Any] | None = None, **settings: Any) -> Result:
+          latency: float | None = None, paths: bool = False, log: list[Any] | None = None, seed: int = 1,
+          **settings: Any) -> Result:
     """Crawl a site limited by *spec* for *seconds* of fake time with *ips* exit IPs, always
     with more pages waiting than the pool can send (*paths*: each page a new URL)."""
     limiter: Limiter = build(spec)
@@ -96,7 +98,7 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
     cfg = config(POLITE_ADAPTIVE=adaptive, **settings)
     ft = Clock()
     gate, _ = make_gate(n=ips, host_concurrency=cfg.host_concurrency, delay=cfg.delay, clock=ft.clock,
-                        call_later=ft.call_later)
+                        call_later=ft.call_later, rng=random.Random(seed))
     wall = float(spec.get("wall", 0.0))
     policy = ThrottlePolicy(cfg, gate, clock=ft.clock, wall=lambda: wall + ft.now,
                             notify=None if log is None else lambda *a: log.append((ft.now, *a)))

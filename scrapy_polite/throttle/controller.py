@@ -119,6 +119,8 @@ class HostController:
     #: CUBIC's W_max: the accepted rate at the last cut; ``k``: seconds in use to get back to it.
     peak: float = 0.0
     k: float = 0.0
+    #: The rate the site answered cleanly before the last cut.
+    answered: float = 0.0
     hold: float = 0.0
     grown: float = 0.0
     touched: float = 0.0
@@ -204,9 +206,10 @@ class HostController:
     def limits(self) -> Limits:
         """The host's limits now."""
         rate = self.rate
-        # Each IP is spaced for its share of the rate the site accepted (or of the rate, when above it):
-        # under it, the host interval paces the pool, and no IP waits out a spacing drawn for a cut.
-        spaced = None if rate is None else max(rate, self.peak)
+        # Each IP is spaced for its share of what the site answered cleanly (or of the rate, when
+        # above it): under it the host interval paces the pool, and no IP waits out a spacing drawn
+        # for a cut, yet none goes faster than the site answered it.
+        spaced = None if rate is None else max(rate, self.answered)
         return Limits(rate, self._spacing(spaced), self._concurrency(rate), self.paused_until)
 
     # -- the law ---------------------------------------------------------------
@@ -310,6 +313,8 @@ class HostController:
         new = max(b.min_rate(), peak * p.beta**depth)
         old = self.rate
         self.peak, self.rate = peak, new
+        # What the site answered cleanly (at most the peak): each IP is spaced for its share of it.
+        self.answered = min(peak, accepted) if accepted is not None else new
         self.k = self._k(peak, new)
         # What the site answered is under its limit: past it the curve probes without a hold.
         self.hold = 0.0 if measured else self._hold(peak, cost)
