@@ -1,4 +1,4 @@
-"""The throttle against real limits: each host's per-IP spacing and host rate found from its own 429s.
+"""The throttle against real limits: each host's rate found from its own 429s, judged from the site's log.
 
 Every check comes from the sandbox's access log, or from the throttle's own
 change signals where the question is what it decided.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 import pytest_twisted
@@ -16,7 +15,6 @@ from conftest import crawl
 from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import items_fetched, quiet_after, statuses
 
-from scrapy_polite import signals as polite_signals
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 pytestmark = pytest.mark.slow
@@ -29,45 +27,10 @@ def site(**kw: Any) -> SiteConfig:
     return SiteConfig(**kw)
 
 
-class Changes:
-    """The throttle's decisions as the crawl made them: (host, events, evidence)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, list[dict[str, Any]], dict[str, Any]]] = []
-
-    def connect(self, crawler: Any) -> None:
-        crawler.signals.connect(self._changed, signal=polite_signals.host_throttle_changed)
-
-    def _changed(self, host: str, events: list[dict[str, Any]], evidence: dict[str, Any], **kw: Any) -> None:
-        self.seen.append((host, events, evidence))
-
-    def concurrency_cuts_on_per_ip_signals(self) -> int:
-        """Cuts (not fits to rate x latency, which follow the spacing a per-IP signal raised)."""
-        return sum(e["to"] < e["from"] for _, events, ev in self.seen if ev.get("blame") == "per-ip"
-                   for e in events if e["change"] == "concurrency" and e.get("cause") != "fit")
-
-    def last_spacing(self, host: str) -> list[float] | None:
-        spacing = [e["to"] for h, events, _ in self.seen if h == host for e in events if e["change"] == "spacing"]
-        return spacing[-1] if spacing else None
-
-    def found_spacing(self, host: str) -> list[float] | None:
-        """The band the last per-IP signal raised the spacing to: the limit as last found (a later
-        narrowing may be a re-probe under it, once a clean window eased the failing gap's memory)."""
-        spacing = [e["to"] for h, events, ev in self.seen if h == host and ev.get("blame") == "per-ip"
-                   for e in events if e["change"] == "spacing"]
-        return spacing[-1] if spacing else None
-
-
-async def adaptive_crawl(sb: Any, names: str = "a", **settings: Any) -> tuple[Any, Changes]:
-    """One adaptive crawl of the sandbox's sites *names*, with the throttle's decisions."""
-    changes = Changes()
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True, **settings},
-                         changes.connect, start_url=" ".join(sb.site_url(n) for n in names.split()))
-    return result, changes
-
-
-def host_of(sb: Any, name: str) -> str:
-    return urlparse(sb.site_url(name)).hostname or ""
+async def adaptive_crawl(sb: Any, names: str = "a", **settings: Any) -> Any:
+    """One adaptive crawl of the sandbox's sites *names*."""
+    return await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True, **settings},
+                       start_url=" ".join(sb.site_url(n) for n in names.split()))
 
 
 def check_log(log: list[dict[str, Any]], result: Any, sites: dict[str, tuple[int, float]], max_429: float) -> None:
@@ -97,32 +60,28 @@ def median(values: list[float]) -> float:
 
 @pytest.mark.parametrize("adaptive", [False, True])
 @pytest_twisted.ensureDeferred
-async def test_per_ip_limit_raises_the_spacing_and_never_cuts_concurrency(sandbox, adaptive: bool) -> None:
+async def test_a_per_ip_limit_is_found_and_each_ip_kept_under_it(sandbox, adaptive: bool) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=60, per_ip_rate=1.0, retry_after=2)], proxies=ProxyConfig(count=8)))
-    changes = Changes()
     result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": adaptive},
-                         changes.connect, start_url=sb.site_url("a"))
+                         start_url=sb.site_url("a"))
     log = sb.log()
     # About 70 requests: one 429 is 1.4% of them, and a loaded machine draws one or two more (6 of
     # 70 seen in a CI run). The 2% target is the benchmark's; a spacing never raised draws far more.
     check_log(log, result, {"a": (60, 2.0)}, max_429=0.12)
     assert statuses(log).get(429, 0) > 0, "the scenario must draw 429s"
-    assert changes.concurrency_cuts_on_per_ip_signals() == 0
-    spacing = changes.last_spacing(host_of(sb, "a"))
-    assert spacing is not None and spacing[0] >= 0.95  # just under 1 s at most (timers fire late)
+    # After the first 429s, each IP's requests are a second apart or more, as the site allows.
+    first_429 = min(e["t_start"] for e in log if e["status"] == 429)
+    gaps = per_ip_gaps(log, "a", first_429 + 5)
+    assert gaps and sum(g < 0.95 for g in gaps) <= 0.15 * len(gaps), gaps[:10]
 
 
 @pytest_twisted.ensureDeferred
-async def test_host_wide_limit_is_held_by_the_host_rate_not_by_spacing(sandbox) -> None:
+async def test_a_host_wide_limit_is_held_by_the_host_rate_without_pausing_the_host(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=50, host_rate=3.0, host_burst=1, retry_after=2)],
                                proxies=ProxyConfig(count=8)))
-    result, changes = await adaptive_crawl(sb)
+    result = await adaptive_crawl(sb)
     log = sb.log()
     check_log(log, result, {"a": (50, 2.0)}, max_429=0.15)
-    # 8 IPs at 3 req/s: each IP can wait 2.7 s, so a spacing that needs more is a host limit taken for a
-    # per-IP one; the pool must keep the rate, not the spacing, as its limit.
-    spacing = changes.last_spacing(host_of(sb, "a"))
-    assert spacing is None or spacing[0] < 2.0, f"spacing raised to {spacing}"
     # The host rate answers for the cap: the host is never paused on top (2 s of silence; a busy 2-core
     # machine has shown 1.7 s between two requests without a pause).
     starts = sorted(e["t_start"] for e in log)
@@ -140,19 +99,11 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
     limits = {"fast": (2.0, 80), "medium": (1.0, 40), "slow": (0.5, 30)}
     sb = sandbox(SandboxConfig(sites=[site(name=n, pages=p, per_ip_rate=r, retry_after=2)
                                       for n, (r, p) in limits.items()], proxies=ProxyConfig(count=8)))
-    result, changes = await adaptive_crawl(sb, " ".join(limits), POLITE_DELAY_FLOOR=0.3)
+    result = await adaptive_crawl(sb, " ".join(limits), POLITE_DELAY_FLOOR=0.3)
     log = sb.log()
     check_log(log, result, {n: (p, 2.0) for n, (_, p) in limits.items()}, max_429=0.12)
-    assert changes.concurrency_cuts_on_per_ip_signals() == 0
     t0 = min(e["t_start"] for e in log)
-    for name, (rate, _) in limits.items():
-        found, spacing = changes.found_spacing(host_of(sb, name)), changes.last_spacing(host_of(sb, name))
-        per_ip = 1 / rate
-        # The slow host's spacing rises to its limit, the others' stay near theirs.
-        if found is not None:
-            assert found[0] >= per_ip * 0.9, (name, found)
-        if spacing is not None:
-            assert spacing[0] <= max(per_ip * 1.6, 1.7), (name, spacing)
+    for name in limits:
         site_log = [e for e in log if e["site"] == name]
         assert statuses(site_log).get(429, 0) <= 0.2 * len(site_log), name
     # The fast host is not slowed to the slow one's spacing.
@@ -165,10 +116,9 @@ async def test_per_ip_and_host_wide_limits_binding_at_once(sandbox) -> None:
     # 4 IPs at 1 req/s each (4 req/s) and 3 req/s for the host: both bind within a few 429s.
     sb = sandbox(SandboxConfig(sites=[site(pages=50, per_ip_rate=1.0, host_rate=3.0, host_burst=1, retry_after=2)],
                                proxies=ProxyConfig(count=4)))
-    result, changes = await adaptive_crawl(sb)
+    result = await adaptive_crawl(sb)
     log = sb.log()
     check_log(log, result, {"a": (50, 2.0)}, max_429=0.25)  # the 2% target is the benchmark's; a loaded machine draws more
-    assert changes.concurrency_cuts_on_per_ip_signals() == 0
     gaps = per_ip_gaps(log, "a", min(e["t_start"] for e in log))
     assert gaps and sum(g < 1.0 - 0.05 for g in gaps) <= 0.1 * len(gaps)  # under the per-IP limit
     ok = [e["t_start"] for e in log if e["status"] == 200]

@@ -138,7 +138,7 @@ class _HostThrottle:
 
     def __init__(self) -> None:
         self.changes: Counter[str] = Counter()
-        #: Rate signals behind the changes, by what they were blamed on (per-ip, host).
+        #: Signals behind the changes, by kind (rate, overload).
         self.blame: Counter[str] = Counter()
         self.series = {name: _Series() for name, _ in THROTTLE_SERIES}
         #: Each series' value before its first change.
@@ -360,10 +360,10 @@ class ReportData:
         evidence = rec.get("evidence")
         # The events of one decision share its time and reason: its signal counts once.
         decision = (rec["time"], str(rec.get("reason")))
-        if isinstance(evidence, dict) and evidence.get("blame") in ("per-ip", "host") and (
+        if isinstance(evidence, dict) and evidence.get("signal") in ("rate", "overload") and (
             decision != g.throttle.last_decision
         ):
-            g.throttle.blame[evidence["blame"]] += 1
+            g.throttle.blame[evidence["signal"]] += 1
         g.throttle.last_decision = decision
         t = float(rec["time"])
         self.e0, self.e1 = min(self.e0, t), max(self.e1, t)
@@ -845,7 +845,7 @@ def _throttle_row(host: str, th: _HostThrottle) -> list[Any]:
         met, fell = th.limit
         limit = f"{_num(met)} req/s" + (f" (fell from {_num(fell)})" if fell is not None else "")
     return [
-        host, sum(th.changes.values()), th.blame.get("per-ip", 0), th.blame.get("host", 0), conc_txt,
+        host, sum(th.changes.values()), th.blame.get("rate", 0), th.blame.get("overload", 0), conc_txt,
         val(th.final("spacing"), " s") if th.changes.get("spacing") else "-",
         ("unlimited" if rate is None else f"{_num(rate)} req/s") if th.changes.get("host_rate") else "-",
         limit, th.changes.get("pause", 0), th.changes.get("park", 0),
@@ -893,8 +893,8 @@ def render(
     throttle_part = [
         "<h2>Throttle per host</h2>",
         f'<p class="sub">{data.throttle_events} throttle events: what the throttle changed, what the '
-        "rate signals behind it were blamed on, and the host-wide limit it last met.</p>",
-        _table(["host", "events", "per-IP signals", "host-wide signals", "concurrency", "spacing",
+        "signals behind it were, and the host's limit it last met.</p>",
+        _table(["host", "events", "rate signals", "overload signals", "concurrency", "spacing",
                 "host rate", "host limit met at", "pauses", "parks"],
                [_throttle_row(h, th) for h, th in throttled]),
     ] if data.throttle_events else []

@@ -31,13 +31,18 @@ def throttle_events(
 
 
 def evidence_text(evidence: dict[str, Any]) -> str:
-    """The evidence of a change for the log line: the answer's status, Retry-After and endpoint."""
+    """The evidence of a change for the log line: the answer's Retry-After and the IP's gap, and
+    where a cut met the host's limit."""
     parts = []
     if evidence.get("retry_after") is not None:
         parts.append(f"Retry-After {evidence['retry_after']:g} s")
     if evidence.get("gap") is not None:
         parts.append(f"gap {evidence['gap']:.2f} s")
-    return "; " + ", ".join(parts) if parts else ""
+    text = "; " + ", ".join(parts) if parts else ""
+    limit = evidence.get("host_limit")
+    if limit and limit.get("ceiling") is not None:
+        text += f"; host limit met at {limit['ceiling']:.2f} req/s"
+    return text
 
 
 def _band(delay: tuple[float, float]) -> list[float]:

@@ -84,8 +84,8 @@ class ThrottlePolicy:
         self._cool(host, endpoint, delay, retry_after)
         sample = Sample(RATE, endpoint.key, self._sent(granted_at, now), now, retry_after=retry_after,
                         quota=self._quota(headers))
-        evidence = {"status": status, "retry_after": round(retry_after if retry_after is not None else delay, 3),
-                    "endpoint": endpoint.label, "gap": _finite(gap)}
+        evidence = {"status": status, "signal": "rate", "endpoint": endpoint.label, "gap": _finite(gap),
+                    "retry_after": round(retry_after if retry_after is not None else delay, 3)}
         self._observe(host, sample, f"{status} via {endpoint.label}", evidence)
 
     def overloaded(self, host: str, endpoint: Endpoint, status: int | str, *, granted_at: float | None = None) -> None:
@@ -93,7 +93,8 @@ class ThrottlePolicy:
         several IPs see them."""
         now = self.clock()
         sample = Sample(OVERLOAD, endpoint.key, self._sent(granted_at, now), now)
-        self._observe(host, sample, f"{status} via {endpoint.label}", {"status": status, "endpoint": endpoint.label})
+        self._observe(host, sample, f"{status} via {endpoint.label}",
+                      {"status": status, "signal": "overload", "endpoint": endpoint.label})
 
     def on_challenge(self, host: str, endpoint: Endpoint, delay: float, *, granted_at: float | None = None) -> None:
         """A challenge page: a cut twice as deep as a rate signal's (the IP is benched by the caller)."""
@@ -101,7 +102,8 @@ class ThrottlePolicy:
         self.gate.cool_endpoint(endpoint.key, host, delay)
         sample = Sample(CHALLENGE, endpoint.key, self._sent(granted_at, now), now)
         self._observe(host, sample, f"challenge via {endpoint.label}",
-                      {"status": "challenge", "retry_after": round(delay, 3), "endpoint": endpoint.label})
+                      {"status": "challenge", "signal": "challenge", "retry_after": round(delay, 3),
+                       "endpoint": endpoint.label})
 
     def ok(
         self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None,
@@ -144,6 +146,8 @@ class ThrottlePolicy:
         c = self._controller(host)
         self._follow_fleet(host, c, sample.now)
         why = c.observe(sample)
+        if c.cut_at == sample.now:  # a cut: where the host's limit was met
+            evidence = {**evidence, "host_limit": {"ceiling": round(c.peak, 4), "fell_from": None}}
         if why is not None:
             self._apply(host, c, f"{what}: {why}" if what else why, evidence)
         elif c.limits().concurrency != self.gate.host(host).limit:
