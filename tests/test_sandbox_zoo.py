@@ -1,0 +1,113 @@
+"""Zoo limiters inside the sandbox's site, over real sockets: verdicts, held answers, the access log."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from test_sandbox import via
+
+from scrapy_polite.sandbox import ProxyConfig, Sandbox, SandboxConfig, SiteConfig
+
+pytestmark = pytest.mark.once
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    cfg = SandboxConfig(
+        sites=[
+            SiteConfig(name="quota", limiter={"kind": "ratelimit_headers", "quota": 2, "window": 600.0}),
+            SiteConfig(name="xquota", limiter={"kind": "ratelimit_headers", "quota": 2, "window": 600.0,
+                                               "style": "x", "reset": "epoch"}),
+            SiteConfig(name="conn", latency=[0.8, 0.8], refuse_at_once=True,
+                       limiter={"kind": "concurrency_cap", "limit": 1, "latency": 0.8}),
+            SiteConfig(name="nginx", limiter={"kind": "nginx_limit_req", "rate": 1.0, "burst": 2}),
+            SiteConfig(name="hostwide", limiter={"kind": "token_bucket", "rate": 0.01, "scope": "host"}),
+            SiteConfig(name="plain", per_ip_rate=0.01, retry_after=30, strikes_to_block=None),
+        ],
+        proxies=ProxyConfig(count=4, gateway=False),
+        max_runtime=120,
+    )
+    with Sandbox(cfg, workdir=tmp_path_factory.mktemp("zoo")) as box:
+        yield box
+
+
+def _log(sb: Sandbox, site: str) -> list[dict]:
+    return sorted((r for r in sb.log() if r["site"] == site), key=lambda r: r["t_start"])
+
+
+def test_config_carries_the_spec_and_rejects_a_bad_one() -> None:
+    cfg = SandboxConfig(sites=[SiteConfig(name="a", limiter={"kind": "fixed_window", "limit": 3, "window": 2})])
+    assert SandboxConfig.from_dict(cfg.to_dict()).sites[0].limiter == {"kind": "fixed_window", "limit": 3,
+                                                                        "window": 2}
+    with pytest.raises(ValueError, match="fixed_window"):
+        SiteConfig(name="b", limiter={"kind": "fixed_window", "limit": 3})
+
+
+def test_quota_headers_then_429_and_a_request_inside_its_retry_after(zoo: Sandbox) -> None:
+    url, proxy = zoo.site_url("quota") + "/item/1", zoo.proxy_urls[0]
+    answers = [via(proxy, url) for _ in range(4)]
+    assert [a[0] for a in answers] == [200, 200, 429, 429]
+    assert answers[0][1]["RateLimit-Policy"] == '"default";q=2;w=600'
+    assert answers[1][1]["RateLimit"].startswith('"default";r=0;t=')
+    assert int(answers[2][1]["Retry-After"]) >= 1
+    recs = _log(zoo, "quota")
+    assert [r["refusal"] for r in recs] == [None, None, "rate_limit", "rate_limit"]
+    assert [r["inside_retry_after"] for r in recs] == [False, False, False, True]  # the 4th came back too soon
+    assert zoo.site_state("quota")["inside_retry_after"] == {zoo.proxy_exit_ips[0]: 1}
+    assert via(zoo.proxy_urls[1], url)[0] == 200  # per IP
+
+
+def test_x_ratelimit_reset_is_a_real_epoch(zoo: Sandbox) -> None:
+    _, headers, _ = via(zoo.proxy_urls[0], zoo.site_url("xquota") + "/")
+    reset = int(headers["X-RateLimit-Reset"])
+    assert time.time() < reset <= time.time() + 601
+    assert headers["X-RateLimit-Limit"] == "2" and headers["X-RateLimit-Remaining"] == "1"
+
+
+def test_concurrency_cap_answers_503_without_retry_after_as_overload(zoo: Sandbox) -> None:
+    url = zoo.site_url("conn") + "/item/2"
+    results: list[tuple[int, str | None]] = []
+
+    def fetch(proxy: str) -> None:
+        status, headers, _ = via(proxy, url)
+        results.append((status, headers.get("Retry-After")))
+
+    first = threading.Thread(target=fetch, args=(zoo.proxy_urls[2],))
+    first.start()
+    time.sleep(0.3)
+    fetch(zoo.proxy_urls[3])
+    first.join(10)
+    assert sorted(results) == [(200, None), (503, None)]
+    assert sorted(r["refusal"] or "" for r in _log(zoo, "conn")) == ["", "overload"]
+    assert via(zoo.proxy_urls[3], url)[0] == 200  # the slot came back when the answer was sent
+
+
+def test_nginx_limit_req_holds_the_answer_to_its_slot(zoo: Sandbox) -> None:
+    url, proxy = zoo.site_url("nginx") + "/item/3", zoo.proxy_urls[1]
+    t0 = time.monotonic()
+    assert via(proxy, url)[0] == 200
+    assert via(proxy, url)[0] == 200  # one request early: held about 1 s, not refused
+    held = time.monotonic() - t0
+    assert 0.6 < held < 4.0
+    assert [r["refusal"] for r in _log(zoo, "nginx")] == [None, None]
+
+
+def test_host_wide_retry_after_covers_every_ip(zoo: Sandbox) -> None:
+    url = zoo.site_url("hostwide") + "/"
+    assert via(zoo.proxy_urls[0], url)[0] == 200
+    assert via(zoo.proxy_urls[1], url)[0] == 429  # the host's bucket: its Retry-After covers every IP
+    assert via(zoo.proxy_urls[2], url)[0] == 429
+    recs = _log(zoo, "hostwide")
+    assert [r["inside_retry_after"] for r in recs] == [False, False, True]
+    assert recs[2]["ip"] == zoo.proxy_exit_ips[2]
+
+
+def test_sites_without_a_limiter_book_their_retry_afters_too(zoo: Sandbox) -> None:
+    url = zoo.site_url("plain") + "/"
+    assert [via(zoo.proxy_urls[0], url)[0] for _ in range(3)] == [200, 429, 429]
+    recs = _log(zoo, "plain")
+    assert [r["inside_retry_after"] for r in recs] == [False, False, True]
+    assert [r["refusal"] for r in recs] == [None, "rate_limit", "rate_limit"]
