@@ -5,8 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
+import pytest_twisted
 from test_sandbox import via
 
 from scrapy_polite.sandbox import ProxyConfig, Sandbox, SandboxConfig, SiteConfig
@@ -111,3 +113,33 @@ def test_sites_without_a_limiter_book_their_retry_afters_too(zoo: Sandbox) -> No
     recs = _log(zoo, "plain")
     assert [r["inside_retry_after"] for r in recs] == [False, False, True]
     assert [r["refusal"] for r in recs] == [None, "rate_limit", "rate_limit"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_zoo_scenario_end_to_end_with_the_reference_client(sandbox) -> None:
+    """The benchmark's host-bucket cell, small: a real crawl by the botocore-style reference client."""
+    import metrics
+    import zoo as bench_zoo
+    from conftest import crawl
+    from example_project.spiders.catalogue import CatalogueSpider
+
+    sc = next(s for s in bench_zoo.build_zoo(quick=True) if s.name == "zoo-bucket-host")
+    sc = replace(sc, config=replace(sc.config, sites=[replace(sc.config.sites[0], pages=15)]))
+    sb = sandbox(sc.config)
+    t0 = time.time()
+    result = await crawl(CatalogueSpider, {
+        "ADDONS": {}, "BENCH_PROXIES": sb.proxy_urls, "RETRY_HTTP_CODES": [500, 502, 504],
+        "DOWNLOADER_MIDDLEWARES": {"reference_controller.ReferenceMiddleware": 740},
+    }, start_url=sb.site_url("a"))
+    log = sb.log()
+    assert len(result.items) == 15
+    refused = [r for r in log if r["status"] == 429]
+    assert refused, "unthrottled until its first throttle, the reference draws 429s"
+    assert all(r["refusal"] == "rate_limit" for r in refused)
+    # It retries each refused page no sooner than the Retry-After (1 s) its 429 gave.
+    for r in refused:
+        later = [x["t_start"] for x in log if x["path"] == r["path"] and x["t_start"] > r["t_start"]]
+        assert later and min(later) >= r["t_end"] + 1.0 - 0.05
+    m = metrics.compute([r for r in log if r["path"] != "/robots.txt"], sc, t0)
+    assert m["limit"] == 4.0 and m["lost_items"] == 0
+    assert m["rate_limit_answers"] == len(refused) and m["overload_answers"] == 0
