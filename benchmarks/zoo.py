@@ -28,16 +28,18 @@ def pages_for(capacity: float, seconds: float) -> int:
     return max(5, int((target - 1) * PER_LIST / (PER_LIST + 1)))
 
 
-def _one(name: str, what: str, spec: dict[str, Any], q: bool, note: str, latency: list[float] | None = None,
-         seconds: float | None = None, **kw: Any) -> Scenario:
-    """A one-site zoo scenario: *spec* on a catalogue sized for its capacity with 8 proxies."""
-    lim = build(spec)
-    steps = lim.steps(PROXIES)
-    span = seconds or SECONDS[q]
+def _one(name: str, what: str, spec: dict[str, Any], q: bool, note: str, **kw: Any) -> Scenario:
+    """A one-site zoo scenario: *spec* on a catalogue sized for its capacity with 8 proxies.
+
+    *kw*: ``latency`` (the site's), ``seconds`` (at the limit), ``in_flight_cap`` (pages/s one request
+    in flight per proxy allows), and Scenario fields.
+    """
+    steps = build(spec).steps(PROXIES)
+    latency, span = kw.pop("latency", LATENCY), kw.pop("seconds", SECONDS[q])
     cap = min(steps[0][1], kw.pop("in_flight_cap", float("inf")))
     mean_cap = _mean(steps, span) if len(steps) > 1 else cap
     pages = pages_for(mean_cap, span)
-    site = _site(pages=pages, limiter=spec, latency=latency or LATENCY, strikes_to_block=None)
+    site = _site(pages=pages, limiter=spec, latency=latency, strikes_to_block=None)
     return Scenario(
         f"zoo-{name}", what, SandboxConfig(sites=[site], proxies=ProxyConfig(count=PROXIES, gateway=False)),
         time_limit=TIME_LIMIT[q] + (span - SECONDS[q]), page_budget=_catalogue_pages(pages),

@@ -143,3 +143,28 @@ async def test_a_zoo_scenario_end_to_end_with_the_reference_client(sandbox) -> N
     m = metrics.compute([r for r in log if r["path"] != "/robots.txt"], sc, t0)
     assert m["limit"] == 4.0 and m["lost_items"] == 0
     assert m["rate_limit_answers"] == len(refused) and m["overload_answers"] == 0
+
+
+def test_zoo_scenarios_cross_the_process_boundary_and_are_selected_as_a_group() -> None:
+    import scenarios
+    import zoo as bench_zoo
+    from crawl_client import CLIENTS
+
+    for quick in (True, False):
+        zoo_list = bench_zoo.build_zoo(quick)
+        kinds = {(s.limiter or {}).get("kind") for sc in zoo_list for s in sc.config.sites}
+        assert len(kinds) == 12  # every kind of the limiters package
+        for sc in zoo_list:
+            assert SandboxConfig.from_dict(sc.config.to_dict()).to_dict() == sc.config.to_dict()
+            # A crawl at the physical limit fits well inside the time limit.
+            at_limit = sc.page_budget / sc.limit_steps[0][1]
+            assert at_limit < sc.time_limit, sc.name
+        everything = scenarios.build(quick) + zoo_list
+        assert bench_zoo.select(everything, "", True) == zoo_list
+        assert bench_zoo.select(everything, "zoo", False) == zoo_list
+        assert not any(s.zoo for s in bench_zoo.select(everything, "", False))
+        assert [s.name for s in bench_zoo.select(everything, "per-ip,zoo-slowdown", False)] == ["per-ip",
+                                                                                             "zoo-slowdown"]
+    assert bench_zoo.clients(CLIENTS, "", zoo_list) == ["scrapy-autothrottle", "polite-defaults", "polite-adaptive",
+                                                        "reference"]
+    assert "reference" not in bench_zoo.clients(CLIENTS, "", scenarios.build(True))
