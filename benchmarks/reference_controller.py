@@ -18,6 +18,8 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapy.exceptions import IgnoreRequest
+
 BETA, SCALE, MIN_RATE, BUCKET_RANGE, SMOOTHING, MAX_ADJUST = 0.7, 0.4, 0.5, 0.5, 0.8, 2.0
 THROTTLES, MAX_ATTEMPTS = (429, 503), 10
 
@@ -68,13 +70,16 @@ class AdaptiveLimiter:
 class ReferenceMiddleware:
     """Waits for a token before each request; retries throttles after their Retry-After."""
 
-    def __init__(self, proxies: list[str]) -> None:
+    def __init__(self, proxies: list[str], time_limit: float = 0.0) -> None:
         self._cycle = itertools.cycle(proxies) if proxies else None
         self._hosts: dict[str, AdaptiveLimiter] = {}
+        #: Past CLOSESPIDER_TIMEOUT a waiting request is dropped, so the crawl can close.
+        self._deadline = time.monotonic() + time_limit if time_limit > 0 else math.inf
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> ReferenceMiddleware:
-        return cls(crawler.settings.getlist("BENCH_PROXIES"))
+        settings = crawler.settings
+        return cls(settings.getlist("BENCH_PROXIES"), settings.getfloat("CLOSESPIDER_TIMEOUT"))
 
     def _limiter(self, request: Any) -> AdaptiveLimiter:
         host = urlsplit(request.url).netloc
@@ -82,10 +87,14 @@ class ReferenceMiddleware:
 
     async def process_request(self, request: Any, spider: Any = None) -> None:
         delay = request.meta.get("reference_not_before", 0.0) - time.monotonic()
+        if time.monotonic() + max(0.0, delay) > self._deadline:
+            raise IgnoreRequest("reference: the crawl's time limit came first")
         if delay > 0:
             await asyncio.sleep(delay)
         limiter = self._limiter(request)
         while (wait := limiter.wait(time.monotonic())) > 0:
+            if time.monotonic() + wait > self._deadline:
+                raise IgnoreRequest("reference: the crawl's time limit came first")
             await asyncio.sleep(wait)
         if self._cycle is not None:
             request.meta["proxy"] = next(self._cycle)
