@@ -28,6 +28,7 @@ def zoo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
             SiteConfig(name="nginx", limiter={"kind": "nginx_limit_req", "rate": 1.0, "burst": 2}),
             SiteConfig(name="hostwide", limiter={"kind": "token_bucket", "rate": 0.01, "scope": "host"}),
             SiteConfig(name="plain", per_ip_rate=0.01, retry_after=30, strikes_to_block=None),
+            SiteConfig(name="once", limiter={"kind": "rate_independent"}),
         ],
         proxies=ProxyConfig(count=4, gateway=False),
         max_runtime=120,
@@ -168,3 +169,19 @@ def test_zoo_scenarios_cross_the_process_boundary_and_are_selected_as_a_group() 
     assert bench_zoo.clients(CLIENTS, "", zoo_list) == ["scrapy-autothrottle", "polite-defaults", "polite-adaptive",
                                                         "reference"]
     assert "reference" not in bench_zoo.clients(CLIENTS, "", scenarios.build(True))
+
+
+def test_rate_independent_429s_are_counted_as_the_sites_not_the_clients(zoo: Sandbox) -> None:
+    import zoo_report
+    from scenarios import Scenario
+
+    url, proxy = zoo.site_url("once") + "/item/4", zoo.proxy_urls[3]
+    status, headers, _ = via(proxy, url)
+    assert (status, headers["Retry-After"]) == (429, "1")
+    time.sleep(1.05)
+    assert via(proxy, url)[0] == 200  # the retry, after the Retry-After
+    assert via(proxy, zoo.site_url("once") + "/item/5")[0] == 429  # another page: its own first 429
+    sc = Scenario("zoo-once", "", SandboxConfig(sites=[zoo.config.site("once")]), 10, 1, "", [(0.0, 1.0)], zoo=True)
+    cell = zoo_report.cell(_log(zoo, "once"), sc)
+    assert cell["rate_limit_answers"] == 2 and cell["refusals_by_design"] == 2
+    assert cell["refusal_share"] == 0.0 and cell["inside_retry_after"] == 0
