@@ -384,7 +384,7 @@ def main() -> int:
                       for s in scenarios],
         "results": results,
     }
-    if not ns.no_overhead:
+    if not ns.no_overhead and not all(s.zoo for s in scenarios):  # a zoo run is about the limiters
         print("overhead (alone)...", flush=True)
         data["overhead"] = overhead(ns.quick, out)
         print("gate micro-benchmark...", flush=True)
