@@ -88,13 +88,14 @@ def table(results: list[dict[str, Any]], scenarios: list[Scenario]) -> list[str]
     if not rows:
         return []
     lines = ["", "## Limiter zoo", "",
-             "*eff* = steady efficiency against the limiter's capacity; *rate-limit* and *overload* = the site's "
+             "*eff* = steady efficiency against the limiter's capacity (– under 10 pages); *rate-limit* and *overload* = the site's "
              "refusals of each kind as a share of requests (a rate-independent site's by-design 429s included); "
              "*other* = requests inside a Retry-After, blocked IPs, more than one request in flight per IP.", "",
              "| scenario | client | eff | rate-limit | overload | lost | other |", "|---|---|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (zoo.index(r["scenario"]), r["client"])):
         other = [b for b in _clean(r) if "lost" not in b]
-        lines.append(f"| {r['scenario']} | {r['client']} | {r.get('steady_efficiency') or 0:.2f} | "
+        eff = r.get("steady_efficiency")
+        lines.append(f"| {r['scenario']} | {r['client']} | {'–' if eff is None else f'{eff:.2f}'} | "
                      f"{100 * r.get('rate_limit_share', 0):.1f}% | {100 * r.get('overload_share', 0):.1f}% | "
                      f"{r.get('lost_items', '–')} | {', '.join(other) or '–'} |")
     return lines
