@@ -37,6 +37,7 @@ SCRAPY_CLIENTS = (
     "scrapy-rotating-proxies",
     "polite-defaults",
     "polite-adaptive",
+    "reference",
 )
 CLIENTS = SCRAPY_CLIENTS[:3] + ("asyncio-recipe",) + SCRAPY_CLIENTS[3:]
 
@@ -87,6 +88,10 @@ def scrapy_settings(client: str, args: dict[str, Any]) -> dict[str, Any]:
         base["POLITE_LOG_INTERVAL"] = 0
         if client == "polite-adaptive":
             base["POLITE_ADAPTIVE"] = True
+    elif client == "reference":  # botocore's adaptive retry mode (reference_controller.py)
+        base["BENCH_PROXIES"] = proxies
+        base["DOWNLOADER_MIDDLEWARES"] = {"reference_controller.ReferenceMiddleware": 740}
+        base["RETRY_HTTP_CODES"] = [500, 502, 504, 522, 524, 408]  # 429 and 503 are its throttles
     else:
         raise SystemExit(f"unknown Scrapy client {client!r}")
     base.update(args.get("settings") or {})

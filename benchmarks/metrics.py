@@ -7,6 +7,7 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
+import zoo_report
 from scenarios import Scenario, limit_at
 
 ITEM_RE = re.compile(r"^/item/(\d+)$")
@@ -42,7 +43,8 @@ def compute(log: list[dict[str, Any]], sc: Scenario, t0: float) -> dict[str, Any
     first, last = log[0]["t_start"] - t0, max(e["t_end"] for e in log) - t0
     span = max(last - first, 1e-6)
     ok = len(ok_starts)
-    limit = mean_limit(sc.limit_steps, first, last)
+    steps = [(t + first if t > 0 else t, v) for t, v in sc.limit_steps] if sc.steps_from_first else sc.limit_steps
+    limit = mean_limit(steps, first, last)
     out.update(
         ok=ok, span=span, first=first, pages_per_min=ok * 60 / span,
         statuses={str(k): v for k, v in sorted(st.items())},
@@ -61,7 +63,7 @@ def compute(log: list[dict[str, Any]], sc: Scenario, t0: float) -> dict[str, Any
         n_mid = int(STEADY_HIGH * ok) - int(STEADY_LOW * ok) - 1
         if hi > lo:
             steady = n_mid / (hi - lo)
-            lim = mean_limit(sc.limit_steps, lo, hi)
+            lim = mean_limit(steps, lo, hi)
             out["steady_rate"] = steady
             out["steady_efficiency"] = steady / lim if math.isfinite(lim) else None
     # Items: requested at least once but never answered 200.
@@ -95,6 +97,8 @@ def compute(log: list[dict[str, Any]], sc: Scenario, t0: float) -> dict[str, Any
     # 1-second bins of successful requests, for plots.
     bins: Counter[int] = Counter(int(t) for t in ok_starts if t >= 0)
     out["series"] = [bins.get(i, 0) for i in range(int(last) + 1)]
+    if sc.zoo:
+        out.update(zoo_report.cell(log, sc))
     rises = [ev for ev in sc.events if ev.action == "host_rate"]
     if len(rises) >= 2 and rises[-1].value and rises[-1].value > (rises[-2].value or 0):
         out["recovery"] = recovery(ok_starts, rises[-1].at, rises[-1].value, last)

@@ -1,6 +1,6 @@
 """Run the benchmark matrix (scenarios x clients) against fresh sandboxes and write the report.
 
-``python benchmarks/run.py [--quick] [--out DIR] [--jobs N] [--only SCENARIO,...] [--clients NAME,...]``
+``python benchmarks/run.py [--quick] [--zoo] [--out DIR] [--jobs N] [--only SCENARIO,...] [--clients NAME,...]``
 
 Every crawl runs in its own subprocess (``crawl_client.py``) against its own
 sandbox, bounded by a page budget, a wall-clock limit (CLOSESPIDER_TIMEOUT or
@@ -29,6 +29,8 @@ sys.path.insert(0, str(HERE.parent))
 
 import gate_bench  # noqa: E402
 import svg  # noqa: E402
+import zoo  # noqa: E402
+import zoo_report  # noqa: E402
 from crawl_client import CLIENTS  # noqa: E402
 from metrics import compute  # noqa: E402
 from scenarios import Scenario, build, overhead_scenario  # noqa: E402
@@ -342,16 +344,14 @@ def main() -> int:
     parser.add_argument("--clients", default="", help="comma-separated client names")
     parser.add_argument("--no-overhead", action="store_true", help="skip the CPU and gate benchmarks")
     parser.add_argument("--runs", type=int, default=1, help="crawls per cell; the median one is reported")
+    parser.add_argument("--zoo", action="store_true", help="the limiter zoo (as --only zoo); see zoo.py")
     ns = parser.parse_args()
     out = Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = ns.jobs or (4 if ns.quick else 2)
     started = time.time()
-    scenarios = build(ns.quick)
-    if ns.only:
-        wanted = set(ns.only.split(","))
-        scenarios = [s for s in scenarios if s.name in wanted]
-    clients = [c for c in CLIENTS if not ns.clients or c in ns.clients.split(",")]
+    scenarios = zoo.select(build(ns.quick) + zoo.build_zoo(ns.quick), ns.only, ns.zoo)
+    clients = zoo.clients(CLIENTS, ns.clients, scenarios)
     notes: list[str] = []
     if "scrapy-rotating-proxies" in clients:
         problem = rotating_proxies_problem()
@@ -384,16 +384,16 @@ def main() -> int:
                       for s in scenarios],
         "results": results,
     }
-    if not ns.no_overhead:
+    if not ns.no_overhead and not all(s.zoo for s in scenarios):  # a zoo run is about the limiters
         print("overhead (alone)...", flush=True)
         data["overhead"] = overhead(ns.quick, out)
         print("gate micro-benchmark...", flush=True)
         data["gate"] = gate_bench.bench(ns.quick)
-    data["checks"] = checks(results)
+    data["checks"] = zoo_report.relevant(checks(results), scenarios) + zoo_report.checks(results, scenarios)
     data["run_seconds"] = time.time() - started
     (out / "results.json").write_text(json.dumps(data, indent=1, default=str))
     plots(data, out, scenarios)
-    md = report(data, out)
+    md = zoo_report.insert(report(data, out), results, scenarios)
     (out / "results.md").write_text(md)
     print(md)
     return 0

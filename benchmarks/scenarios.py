@@ -46,6 +46,12 @@ class Scenario:
     settings: dict[str, Any] = field(default_factory=dict)
     #: For the package: the first this many proxies are its pool (tier 0), the rest its expensive tier.
     cheap_tier: int | None = None
+    #: A zoo scenario (``zoo.py``): its limits come from ``SiteConfig.limiter`` specs.
+    zoo: bool = False
+    #: Zoo checks: the most refusals (rate-limit and overload answers) a good client may draw, as a share.
+    refusal_cap: float = 0.02
+    #: ``limit_steps`` count from the site's first request (a limiter's schedule), not from the crawl's start.
+    steps_from_first: bool = False
 
     def phased(self, shift: float) -> Scenario:
         """This scenario with its timed events, and the limits they set, *shift* seconds later."""

@@ -50,6 +50,8 @@ LOG_FIELDS = {
     "user",
     "challenge",
     "blocked",
+    "refusal",
+    "inside_retry_after",
 }
 
 

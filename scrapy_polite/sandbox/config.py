@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from .limiters import build
+
 #: ``deny`` answers 407 to every request (CONNECT too); ``connect429`` answers a CONNECT with 429.
 FAILURE_MODES = ("die", "hang", "refuse", "recover", "deny", "connect429")
 #: ``Retry-After`` values a site sends as they are, by form: none of them is a wait a client can use.
@@ -76,8 +78,12 @@ class SiteConfig:
     #: IPs flagged from the start (a burned cheap tier), for ``flag_time`` s.
     flagged_ips: list[str] = field(default_factory=list)
     flag_time: float = 30.0
+    #: A zoo limiter's spec (``scrapy_polite.sandbox.limiters.build``), asked before the limits above.
+    limiter: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.limiter is not None:
+            build(self.limiter)  # a bad spec fails here, in the parent, naming the kind
         self.extra_headers = [[str(name), str(value)] for name, value in self.extra_headers]
         for name, value in self.extra_headers:
             if not name or any(c in name for c in ":\r\n ") or any(c in value for c in "\r\n"):

@@ -23,6 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 from .common import JsonlLog, TokenBucket, peer_gone
 from .config import LITERAL_RETRY_AFTER, SiteConfig
 from .http import Headers, Request, build_response, http_date, serve_requests
+from .limited import SiteLimiter
+from .pages import Reply as _Reply
+from .pages import rich_asset, rich_page
 
 _UNSET: Any = object()
 
@@ -35,16 +38,6 @@ class _IpState:
     strikes: int = 0
     blocked: bool = False
     flagged_until: float = 0.0
-
-
-@dataclass
-class _Reply:
-    status: int
-    body: bytes = b""
-    content_type: str = "text/html; charset=utf-8"
-    extra: list[tuple[str, str]] | None = None
-    user: str | None = None
-    challenge: bool = False
 
 
 class Site:
@@ -77,6 +70,7 @@ class Site:
         self._challenges = 0
         self._host_override: Any = _UNSET
         self._host_bucket = TokenBucket(None, config.host_burst, rate_fn=self.current_host_rate)
+        self.zoo = SiteLimiter(config.limiter)
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
 
@@ -115,6 +109,7 @@ class Site:
             "blocked": sorted(ip for ip, s in self.ips.items() if s.blocked),
             "strikes": {ip: s.strikes for ip, s in self.ips.items() if s.strikes},
             "flagged": sorted(ip for ip, s in self.ips.items() if s.flagged_until > time.monotonic()),
+            "inside_retry_after": dict(self.zoo.book.inside),
         }
 
     async def start(self) -> None:
@@ -237,9 +232,11 @@ class Site:
         if path.startswith(("http://", "https://")):
             split = urlsplit(path)
             path = split.path + (f"?{split.query}" if split.query else "")
+        judged = self.zoo.arrive(ip, path, now)
         try:
             if urlsplit(path).path != "/robots.txt":
-                reply = self._limit(req, st, now)
+                reply = self._limit(req, st, now) if judged.status == 200 else _Reply(
+                    judged.status, judged.body, extra=judged.extra)
             if reply is None and self._hangs(path):
                 await self._hang(reader, writer)
                 return False
@@ -247,8 +244,8 @@ class Site:
             if reply is None:
                 reply = self._route(req, path, ip, sid)
             lo, hi = self.config.latency
-            if hi > 0 and not refused:
-                await asyncio.sleep(self.rng.uniform(lo, hi))
+            if (hi > 0 and not refused) or judged.delay:
+                await asyncio.sleep((self.rng.uniform(lo, hi) if not refused else 0.0) + judged.delay)
             headers = Headers(
                 [
                     ("Date", http_date()),
@@ -258,7 +255,7 @@ class Site:
                     ("X-Sandbox-Site", self.name),
                 ]
                 + [(name, _wire(value)) for name, value in self.config.extra_headers]
-                + (reply.extra or [])
+                + (reply.extra or []) + (judged.extra if judged.status == 200 else [])
             )
             writer.write(
                 build_response(
@@ -284,6 +281,8 @@ class Site:
                     "user": reply.user if reply is not None else None,
                     "challenge": reply.challenge if reply is not None else False,
                     "blocked": st.blocked,
+                    **self.zoo.leave(ip, judged, reply.status if reply is not None else 0,
+                                     (reply.extra or []) if reply is not None else [], time.monotonic()),
                 }
             )
         return keep
@@ -378,9 +377,9 @@ class Site:
             n = _int(p[6:])
             if n is None or not 1 <= n <= cfg.pages:
                 return _Reply(404, b"<h1>Not Found</h1>")
-            return _rich_page(n)
+            return rich_page(n)
         if p.startswith("/asset/rich-"):
-            return _rich_asset(p[len("/asset/rich-"):])
+            return rich_asset(p[len("/asset/rich-"):])
         if p.startswith("/api/rich/"):
             n = _int(p[len("/api/rich/"):])
             if n is None:
@@ -423,50 +422,6 @@ def _wire(value: str) -> str:
 def _page(title: str, body: str) -> _Reply:
     html = f"<!DOCTYPE html><html><head><title>{title}</title></head><body>{body}</body></html>"
     return _Reply(200, html.encode())
-
-
-#: A 1x1 transparent PNG.
-_PNG = bytes.fromhex(
-    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
-)
-
-
-def _rich_page(n: int) -> _Reply:
-    """A page whose rendering fetches a stylesheet, a script, an image and a ``fetch()`` call.
-
-    The script fills ``#api`` with the ``/api/rich/<n>`` answer, so a renderer can wait for it.
-    """
-    head = (
-        f'<link rel="stylesheet" href="/asset/rich-{n}.css">'
-        f'<script src="/asset/rich-{n}.js"></script>'
-    )
-    body = (
-        f'<h1>Rich {n}</h1><span class="id">{n}</span><img src="/asset/rich-{n}.png" alt="">'
-        '<span id="api"></span>'
-    )
-    html = f"<!DOCTYPE html><html><head><title>Rich {n}</title>{head}</head><body>{body}</body></html>"
-    return _Reply(200, html.encode())
-
-
-def _rich_asset(name: str) -> _Reply:
-    stem, _, ext = name.rpartition(".")
-    n = _int(stem)
-    if n is None:
-        return _Reply(404, b"<h1>Not Found</h1>")
-    if ext == "css":
-        return _Reply(200, b"h1 { color: #333; }", "text/css")
-    if ext == "png":
-        return _Reply(200, _PNG, "image/png")
-    if ext == "js":
-        js = (
-            "window.addEventListener('DOMContentLoaded', function () {"
-            f" fetch('/api/rich/{n}').then(function (r) {{ return r.json(); }}).then(function (d) {{"
-            " var el = document.getElementById('api'); el.textContent = d.ip; el.className = 'done'; });"
-            " });"
-        )
-        return _Reply(200, js.encode(), "application/javascript")
-    return _Reply(404, b"<h1>Not Found</h1>")
 
 
 def _esc(s: str) -> str:

@@ -14,7 +14,7 @@ RESET_FORMS = ("seconds", "epoch")
 
 
 class RateLimitHeaders(FixedWindow):
-    """A quota of ``quota`` requests per ``window`` s stated on every answer; 429 past it.
+    """A quota of ``quota`` requests per ``window`` s stated on every answer; 429 + Retry-After past it.
 
     ``style="ietf"``: ``RateLimit-Policy: "default";q=..;w=..`` and ``RateLimit: "default";r=..;t=..``.
     ``style="x"``: ``X-RateLimit-Limit/Remaining/Reset``, Reset in seconds or, with
@@ -24,21 +24,20 @@ class RateLimitHeaders(FixedWindow):
     KIND = "ratelimit_headers"
 
     def __init__(self, quota: int, window: float, scope: str = "ip", style: str = "ietf",
-                 reset: str = "seconds", wall: float = 0.0, retry_after: bool = True,
-                 policy: str = "default") -> None:
-        super().__init__(quota, window, scope, retry_after, 429)
+                 reset: str = "seconds", wall: float = 0.0) -> None:
+        super().__init__(quota, window, scope, True, 429)
         if style not in HEADER_STYLES or reset not in RESET_FORMS:
             raise ValueError(f"limiter {self.KIND!r}: style must be one of {HEADER_STYLES} and reset one "
                              f"of {RESET_FORMS}, got {style!r}, {reset!r}")
-        self.style, self.reset, self.wall, self.policy = style, reset, float(wall), str(policy)
+        self.style, self.reset, self.wall = style, reset, float(wall)
 
     def quota_headers(self, remaining: int, now: float) -> tuple[tuple[str, str], ...]:
         """The quota fields for *remaining* requests left in the window that *now* is in."""
         t = max(1, math.ceil(self.reset_in(now) - 1e-6))
         if self.style == "ietf":
             w = int(self.window) if float(self.window).is_integer() else self.window
-            return (("RateLimit-Policy", f'"{self.policy}";q={self.limit};w={w}'),
-                    ("RateLimit", f'"{self.policy}";r={remaining};t={t}'))
+            return (("RateLimit-Policy", f'"default";q={self.limit};w={w}'),
+                    ("RateLimit", f'"default";r={remaining};t={t}'))
         reset = str(t) if self.reset == "seconds" else str(math.ceil(self.wall + now + self.reset_in(now) - 1e-6))
         return (("X-RateLimit-Limit", str(self.limit)), ("X-RateLimit-Remaining", str(remaining)),
                 ("X-RateLimit-Reset", reset))
