@@ -18,6 +18,7 @@ from scrapy.settings import BaseSettings
 from scrapy_polite.errors import PoliteConfigError, Shown
 from scrapy_polite.pool.endpoints import Endpoint, load_endpoints, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
+from scrapy_polite.settings import checks
 
 #: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
 PIN_TTL = 3600.0
@@ -95,6 +96,7 @@ DEFAULTS: dict[str, Any] = {
     ],
     "POLITE_CHALLENGE_BENCH": 1800.0,
     "POLITE_CHALLENGE_RETRY_TIMES": 3,
+    "POLITE_HOST_BLOCKED": "give_up",
     "POLITE_PROXY_TIERS": [],
     "POLITE_TIER_ESCALATE_AFTER": 3,
     "POLITE_TIER_COOLDOWN": 600.0,
@@ -210,6 +212,8 @@ class PoliteConfig:
     challenge_patterns: tuple[ChallengePattern, ...] = ()
     challenge_bench: float = 1800.0
     challenge_retry_times: int = 3
+    #: What requests do while every endpoint their host may use is benched for it: "give_up" or "wait".
+    host_blocked: str = "give_up"
     #: Endpoint keys by tier, cheapest first; empty without ``POLITE_PROXY_TIERS``.
     proxy_tiers: tuple[Any, ...] = field(default=(), repr=False)
     #: Each endpoint key's tier (0 = cheapest); empty without tiers.
@@ -295,10 +299,11 @@ class PoliteConfig:
             stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
             stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
             host_overrides=r.download_slots(HostLimits(host_conc, conc_max, delay)),
-            response_policy=r.str("POLITE_RESPONSE_POLICY"),
+            response_policy=checks.policy_class("POLITE_RESPONSE_POLICY", r.str("POLITE_RESPONSE_POLICY")),
             challenge_patterns=r.challenge_patterns("POLITE_CHALLENGE_PATTERNS"),
             challenge_bench=r.float("POLITE_CHALLENGE_BENCH", minimum=0.0, maximum=MAX_SECONDS),
             challenge_retry_times=r.int("POLITE_CHALLENGE_RETRY_TIMES", minimum=0),
+            host_blocked=r.choice("POLITE_HOST_BLOCKED", checks.BLOCKED_CHOICES),
             proxy_tiers=r.proxy_tiers("POLITE_PROXY_TIERS"),
             tier_escalate_after=r.int("POLITE_TIER_ESCALATE_AFTER", minimum=1),
             tier_cooldown=r.float("POLITE_TIER_COOLDOWN", minimum=0.0, maximum=MAX_SECONDS),
@@ -402,19 +407,17 @@ class _Reader:
 
     def optional_url(self, name: str) -> str | None:
         value = self.optional_str(name)
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise PoliteConfigError(name, value, "an http:// or https:// URL, or None")
-        return value
+        return None if value is None else checks.http_url(name, value)
 
     def state(self, name: str) -> str:
         value = self.raw(name)
-        if value == "memory" or (
-            isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
-        ):
-            return value
         from scrapy_polite.gate.redis.state import mask_url
 
         shown = mask_url(value) if isinstance(value, str) else value
+        if value == "memory":
+            return value
+        if isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://")):
+            return checks.redis_url(name, value, shown)
         raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
