@@ -32,9 +32,10 @@ class GatewayErrors:
     """Decides, per answer, whether a gateway error is its endpoint's fault.
 
     A gateway error through endpoint *E* for host *H* is *E*'s when *E* got
-    *streak* of them in a row from *H* and, among the endpoints that answered
-    for *H* within *window* seconds, more got the site's pages (any status
-    below 500) than gateway errors. Anything else is the site's, as before:
+    *streak* of them in a row from *H* while, among the endpoints that answered
+    for *H* within *window* seconds, some got the site's pages (any other
+    status) and either *E* alone got gateway errors or more got pages than
+    gateway errors. Anything else is the site's, as before:
     the first one (it may be the site's passing error), or several endpoints
     seeing them (the site is down). Memory is bounded to *max_hosts* hosts,
     least recent out first.
@@ -47,6 +48,10 @@ class GatewayErrors:
         self.window, self.streak, self.max_hosts = window, streak, max_hosts
         self._clock = clock or time.monotonic
         self._hosts: OrderedDict[str, dict[str, _Last]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Hosts remembered."""
+        return len(self._hosts)
 
     def answered(self, endpoint: str, host: str, gateway: bool) -> bool:
         """Record *endpoint*'s answer from *host*, a *gateway* error or not; True when it is that endpoint's fault.
@@ -71,4 +76,4 @@ class GatewayErrors:
             return False
         pages = sum(not last.gateway for last in seen.values())
         failing = len(seen) - pages
-        return streak >= self.streak and pages > failing
+        return streak >= self.streak and pages >= 1 and (failing == 1 or pages > failing)
