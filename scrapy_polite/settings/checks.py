@@ -32,6 +32,18 @@ def http_url(name: str, value: str) -> str:
     return value
 
 
+def state(name: str, value: Any) -> str:
+    """``POLITE_STATE``: ``"memory"`` or a Redis URL that parses (shown without its password)."""
+    from scrapy_polite.gate.redis.state import mask_url
+
+    shown = mask_url(value) if isinstance(value, str) else value
+    if value == "memory":
+        return value
+    if isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://")):
+        return redis_url(name, value, shown)
+    raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
+
+
 def redis_url(name: str, value: str, shown: str) -> str:
     """*value*, a Redis URL whose port (if any) is a port; *shown* is its masked form, for the error."""
     if value.startswith("unix://"):

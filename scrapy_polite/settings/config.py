@@ -410,15 +410,7 @@ class _Reader:
         return None if value is None else checks.http_url(name, value)
 
     def state(self, name: str) -> str:
-        value = self.raw(name)
-        from scrapy_polite.gate.redis.state import mask_url
-
-        shown = mask_url(value) if isinstance(value, str) else value
-        if value == "memory":
-            return value
-        if isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://")):
-            return checks.redis_url(name, value, shown)
-        raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
+        return checks.state(name, self.raw(name))
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
         value = self.raw(name)
