@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
 import pytest_twisted
 import scrapy
 from example_project.spiders.catalogue import CatalogueSpider
@@ -165,15 +166,19 @@ async def test_the_site_s_own_502s_blame_no_proxy(sandbox, tmp_path) -> None:
 _BLOCKED = re.compile(r"WARNING: scrapy-polite: (\S+) is blocked: .* the first comes back in (\d+) s")
 
 
+@pytest.mark.parametrize("state", ["memory", "redis"])
 @pytest_twisted.ensureDeferred
-async def test_a_host_with_every_identity_benched_is_said_once_and_given_up(sandbox, tmp_path) -> None:
+async def test_a_host_with_every_identity_benched_is_said_once_and_given_up(sandbox, tmp_path, request, state) -> None:
+    settings = {}
+    if state == "redis":
+        settings = {"POLITE_STATE": request.getfixturevalue("redis_server").url}
     # Site a challenges every exit IP of the pool; site b is fine.
     sb = sandbox(SandboxConfig(sites=[site(name="a", flagged_ips=exit_ips(3), flag_time=600), site(name="b", pages=20)],
                                proxies=ProxyConfig(count=3, auth=FAULT_AUTH), max_runtime=120))
     a_host = urlsplit(sb.site_url("a")).hostname
     started = time.monotonic()
     run = await fault_crawl(Catalogue, {
-        "POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.1, 0.2), "POLITE_COOLDOWN": (0.1, 0.2),
+        **settings, "POLITE_PROXIES": sb.proxy_urls, "POLITE_DELAY": (0.1, 0.2), "POLITE_COOLDOWN": (0.1, 0.2),
         "CLOSESPIDER_TIMEOUT": 60,
     }, tmp_path / "crawl.log", start_url=" ".join(
         [sb.site_url("a") + p for p in ("/", "/list/1", "/list/2", "/list/3")] + [sb.site_url("b")]))
@@ -182,10 +187,12 @@ async def test_a_host_with_every_identity_benched_is_said_once_and_given_up(sand
     # The crawl finished its other work and closed, not at its time limit.
     assert run.stats["finish_reason"] == "finished" and elapsed < 40, elapsed
     assert sorted(items_fetched(log, "b")) == list(range(1, 21))
-    # Each identity was challenged once at a, then benched for it.
+    # Each identity was challenged at a, then benched for it: once (with Redis, the bench is written
+    # just after the lease is given back, and one more request may have been granted meanwhile).
     a_log = [e for e in log if e["site"] == "a"]
     assert all(e["challenge"] for e in a_log)
-    assert sorted(e["ip"] for e in a_log) == sorted(sb.proxy_exit_ips)
+    assert {e["ip"] for e in a_log} == set(sb.proxy_exit_ips)
+    assert len(a_log) <= (3 if state == "memory" else 6), a_log
     said = [m.groups() for line in run.log_text.splitlines() if (m := _BLOCKED.search(line))]
     assert len(said) == 1 and said[0][0] == a_host and 1700 <= int(said[0][1]) <= 1800, said
     assert run.stats["polite/host_blocked"] == 1
