@@ -85,10 +85,9 @@ class BlockedHosts:
 
     def _still_blocked(self, host: str, now: float) -> float | None:
         """When blocked *host*'s first identity comes back; None (and the block forgotten) once one is back."""
-        until = self._blocked.get(host)
-        if until is None or until > now:
-            return until
-        until = self._first_back(host, now)  # benched again meanwhile, or the pool changed
+        if host not in self._blocked:
+            return None
+        until = self._first_back(host, now)  # read again: a bench ended, or the pool or the host's tier changed
         if until is None:
             del self._blocked[host]  # an identity is back: the next block is said again
         else:
