@@ -34,11 +34,11 @@ def http_url(name: str, value: str) -> str:
 
 def state(name: str, value: Any) -> str:
     """``POLITE_STATE``: ``"memory"`` or a Redis URL that parses (shown without its password)."""
+    if value == "memory":
+        return value  # before the import: a memory state never loads the Redis backend
     from scrapy_polite.gate.redis.state import mask_url
 
     shown = mask_url(value) if isinstance(value, str) else value
-    if value == "memory":
-        return value
     if isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://")):
         return redis_url(name, value, shown)
     raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
