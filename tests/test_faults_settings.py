@@ -97,6 +97,9 @@ class NotAPolicy:
     ("POLITE_STATE", "redis://host:notaport/0"),
     ("POLITE_STATE", f"redis://crawler:{FAULT_AUTH[1]}@host:notaport/0"),
     ("POLITE_HOST_BLOCKED", "never"),
+    # Written during the crawl: a directory that is not there would only show as an ERROR then.
+    ("POLITE_STATS_JSONL", "/nonexistent-dir/polite.jsonl"),
+    ("POLITE_PROMETHEUS_ADDRESS", "no-such-host.invalid"),
 ])
 @pytest_twisted.ensureDeferred
 async def test_a_setting_that_cannot_work_stops_the_crawl_at_start_up_naming_it(

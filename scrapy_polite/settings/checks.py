@@ -6,6 +6,9 @@ fail on the first request (or hang the crawl) stops it while it is being built.
 
 from __future__ import annotations
 
+import ipaddress
+import os
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -75,3 +78,33 @@ def policy_class(name: str, path: str) -> str:
             "or one with classify and classify_exception methods)",
         )
     return path
+
+
+def output_path(name: str, value: str | None) -> str | None:
+    """*value*, a file path whose directory exists and is writable (unless a placeholder names the directory).
+
+    Output files are opened during the crawl: a missing directory would only show
+    as an ERROR then, with the run's records or report lost.
+    """
+    if value is None:
+        return None
+    directory = os.path.dirname(value) or "."
+    if "%(" in directory:
+        return value  # filled per crawl (spider name, job id): checked when it is opened
+    if not os.path.isdir(directory) or not os.access(directory, os.W_OK | os.X_OK):
+        raise PoliteConfigError(name, value, f"a path in a writable directory ({directory!r} is not one)")
+    return value
+
+
+def listen_address(name: str, value: str) -> str:
+    """*value*, an IP address or a host name that resolves, to listen on."""
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    try:
+        socket.getaddrinfo(value, None)
+    except (OSError, UnicodeError) as exc:
+        raise PoliteConfigError(name, value, f"an address to listen on ({exc})") from None
+    return value
