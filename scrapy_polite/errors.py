@@ -63,6 +63,14 @@ class NoUsableEndpoints(Exception):
     """Every endpoint of the pool is dead or removed; nothing can be sent."""
 
 
+class HostBlocked(IgnoreRequest):
+    """Every endpoint the request's host may use is benched for it, and ``POLITE_HOST_BLOCKED = "give_up"``.
+
+    The request is given up (``polite/gave_up/host_blocked``) instead of waiting
+    for the first bench to end, which may be half an hour away.
+    """
+
+
 class SpiderClosing(IgnoreRequest):
     """The spider is closing: a request still waiting at the gate is not sent.
 

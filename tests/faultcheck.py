@@ -40,12 +40,23 @@ class FaultRun:
         return self.result.stats
 
 
-async def fault_crawl(spidercls: type, settings: dict[str, Any], log_path: Path, **spider_kwargs: Any) -> FaultRun:
-    """:func:`conftest.crawl` with a DEBUG log written to *log_path* and give-ups collected."""
+async def fault_crawl(
+    spidercls: type, settings: dict[str, Any], log_path: Path, *, connect: dict[object, Any] | None = None,
+    **spider_kwargs: Any,
+) -> FaultRun:
+    """:func:`conftest.crawl` with a DEBUG log written to *log_path* and give-ups collected.
+
+    *connect*: more signal handlers (signal -> handler) to connect before the crawl starts.
+    """
     gave_up: list[tuple[str, str]] = []
 
     def on_gave_up(request: Any, reason: str) -> None:
         gave_up.append((request.url, reason))
+
+    def on_crawler(crawler: Any) -> None:
+        crawler.signals.connect(on_gave_up, signal=polite_signals.request_gave_up)
+        for signal, handler in (connect or {}).items():
+            crawler.signals.connect(handler, signal=signal)
 
     handler = logging.FileHandler(log_path, encoding="utf-8")
     handler.setLevel(logging.DEBUG)
@@ -60,7 +71,7 @@ async def fault_crawl(spidercls: type, settings: dict[str, Any], log_path: Path,
     try:
         result = await crawl(
             spidercls, {"LOG_LEVEL": "DEBUG", **settings},
-            _on_crawler=lambda c: c.signals.connect(on_gave_up, signal=polite_signals.request_gave_up),
+            _on_crawler=on_crawler,
             **spider_kwargs,
         )
     finally:

@@ -200,3 +200,14 @@ def test_accepted_rate_limit_codes_from_scrapy_crawl_command(sandbox) -> None:
     # 420 is a rate signal: the first try and one re-queue, then given up.
     assert [e["status"] for e in sb.log()] == [420, 420]
     assert "'polite/requeued/rate': 1" in proc.stderr and "'polite/gave_up/rate': 1" in proc.stderr
+
+
+def test_output_files_need_a_writable_directory_unless_a_placeholder_names_it(tmp_path) -> None:
+    base = {"POLITE_PROXIES": ["http://127.0.0.1:9"]}
+    jsonl = str(tmp_path / "run.jsonl")
+    for name, extra in (("POLITE_STATS_JSONL", {}), ("POLITE_REPORT_HTML", {"POLITE_STATS_JSONL": jsonl})):
+        with pytest.raises(PoliteConfigError, match=f"^{name}="):
+            PoliteConfig.from_settings(Settings({**base, **extra, name: str(tmp_path / "missing" / "out")}))
+        cfg = PoliteConfig.from_settings(Settings({**base, **extra, name: str(tmp_path / "%(name)s" / "out")}))
+        assert cfg.stats_jsonl is not None
+    PoliteConfig.from_settings(Settings({**base, "POLITE_STATS_JSONL": jsonl, "POLITE_REPORT_HTML": "report.html"}))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.downloader import answers, failures
 from scrapy_polite.downloader import splash as splash_support
+from scrapy_polite.downloader.gateway_errors import GATEWAY_STATUSES
 from scrapy_polite.downloader.proxy_meta import REVISES_KEY
 from scrapy_polite.downloader.response_policy import (
     BAN,
@@ -68,7 +69,16 @@ class Attempts:
                 self.blame.endpoint_failed(lease, answer.reason)
                 return self.recorder.requeue(request, "proxy", lease, response=response)
             status, headers = answer.status or status, answer.headers
+        if self._gateway_fault(request, response, lease, status, headers):
+            return self.recorder.requeue(request, "proxy", lease, response=response)
         return self._judged(request, response, lease, status, headers)
+
+    def _gateway_fault(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> bool:
+        """A 502/503/504 the policy takes for the site's error, that only this endpoint gets: the endpoint's failure."""
+        gateway = status in GATEWAY_STATUSES and self.runtime.policy.classify(
+            request, response, status=status, headers=headers
+        ).kind == TARGET_ERROR
+        return self.blame.gateway_fault(lease, status, gateway)
 
     def failed(self, request: Request, exception: Exception, lease: Lease) -> Any:
         """The download of *request* through *lease* raised *exception*: a request to send again, or None.

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import failures
+from scrapy_polite.downloader.gateway_errors import GatewayErrors
 from scrapy_polite.gate.backoff import endpoint_backoff
 
 if TYPE_CHECKING:
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+    from scrapy_polite.downloader.blocked_hosts import BlockedHosts
     from scrapy_polite.downloader.identities import Identities
     from scrapy_polite.downloader.response_policy import Verdict
     from scrapy_polite.gate.base import Gate
@@ -28,8 +30,11 @@ logger = logging.getLogger(__name__)
 class Blame:
     """Endpoint health and host slow-downs after each attempt, with their stats, logs and signals."""
 
-    def __init__(self, crawler: Crawler, runtime: Runtime, identities: Identities) -> None:
+    def __init__(
+        self, crawler: Crawler, runtime: Runtime, identities: Identities, blocked: BlockedHosts | None = None
+    ) -> None:
         self.crawler = crawler
+        self.blocked = blocked
         self.runtime = runtime
         self.identities = identities
         self.config = runtime.config
@@ -38,6 +43,7 @@ class Blame:
         self.evidence = failures.EvidenceTracker(
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
         )
+        self.gateway = GatewayErrors(max_hosts=max(1, min(self.config.host_memory, 1000)))
         if runtime.tiers is not None:
             runtime.tiers.on_move = self._tier_moved
 
@@ -104,6 +110,8 @@ class Blame:
         bench = self.config.ban_duration if verdict.kind == "ban" else self.config.challenge_bench
         if self.runtime.tiers is not None:
             self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
+        if self.blocked is not None:  # after the tiers: a host moved up a tier is not blocked
+            self.blocked.benched(lease.host, lease.endpoint.key, bench)
         session = request.meta.get("polite_session")
         if session is not None:
             self.identities.retire(str(session), lease.endpoint.label, f"{verdict.kind}: {verdict.reason}")
@@ -131,6 +139,18 @@ class Blame:
                 polite_signals.endpoint_health_changed,
                 endpoint=lease.endpoint.label, state=state, reason=reason,
             )
+
+    def gateway_fault(self, lease: Lease, status: int, gateway: bool) -> bool:
+        """Whether this answer is a 502/503/504 of the endpoint's own (see ``gateway_errors``); if so it fails.
+
+        The site's own gateway errors (several endpoints get them) are left to the
+        caller, to reach the throttle as any other error of the site.
+        """
+        if not self.gateway.answered(lease.endpoint.key, lease.host, gateway):
+            return False
+        self.stats.inc_value("polite/blame/endpoint_gateway")
+        self.endpoint_failed(lease, f"{status} for {lease.host}, which answers the other endpoints")
+        return True
 
     def unanswered(self, lease: Lease, reason: str, url: str) -> None:
         """A timeout or a broken answer: blame whom the evidence points at, not the proxy by default."""

@@ -168,23 +168,24 @@ class ExitIps:
 
         url = self.config.exit_ip_probe_url
         assert url is not None
-        request = Request(
-            url,
-            dont_filter=True,
-            meta={
-                # The middleware leaves it alone; HttpProxyMiddleware still uses the proxy.
-                "polite": False,
-                "proxy": endpoint.url,
-                "dont_retry": True,
-                "dont_redirect": True,
-                "dont_merge_cookies": True,
-                "dont_cache": True,
-                "handle_httpstatus_all": True,
-                "download_timeout": self.config.exit_ip_probe_timeout,
-            },
-        )
         ip: str | None = None
         try:
+            # Built inside the try: whatever goes wrong, the finally releases the requests waiting on it.
+            request = Request(
+                url,
+                dont_filter=True,
+                meta={
+                    # The middleware leaves it alone; HttpProxyMiddleware still uses the proxy.
+                    "polite": False,
+                    "proxy": endpoint.url,
+                    "dont_retry": True,
+                    "dont_redirect": True,
+                    "dont_merge_cookies": True,
+                    "dont_cache": True,
+                    "handle_httpstatus_all": True,
+                    "download_timeout": self.config.exit_ip_probe_timeout,
+                },
+            )
             response = await compat.engine_download(self.crawler.engine, request)
             ip = parse_probe_response(response)
             if ip is None:

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import CancelledError
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import playwright as playwright_support
 from scrapy_polite.downloader import requeue
 from scrapy_polite.downloader.attempts import Attempts
 from scrapy_polite.downloader.blame import Blame
+from scrapy_polite.downloader.blocked_hosts import BlockedHosts
 from scrapy_polite.downloader.exit_ip import ExitIps
 from scrapy_polite.downloader.gate_events import GateEvents
 from scrapy_polite.downloader.identities import Identities
@@ -28,14 +30,16 @@ from scrapy_polite.downloader.jobdir import dropped_at_close
 from scrapy_polite.downloader.maintenance import Maintenance
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
+    drop_inherited_slot,
     host_key,
+    no_proxy,
     pool_endpoint,
     pop_not_before,
     preset_proxy,
 )
 from scrapy_polite.downloader.recorder import Recorder
 from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
-from scrapy_polite.errors import NoUsableEndpoints, SessionEndpointLost, SpiderClosing
+from scrapy_polite.errors import HostBlocked, NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.state import Lease
 from scrapy_polite.runtime import enabled_runtime
 
@@ -61,8 +65,10 @@ class PoliteProxyMiddleware:
         self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
         self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), rt.tiers)
         self.identities = Identities(crawler, self.config, self.gate)
-        self.attempts = Attempts(rt, self.stats, Blame(crawler, rt, self.identities), self.recorder)
+        self.blocked = BlockedHosts(rt, self.stats)
+        self.attempts = Attempts(rt, self.stats, Blame(crawler, rt, self.identities, self.blocked), self.recorder)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
+        rt.policy  # noqa: B018 - built now, so a POLITE_RESPONSE_POLICY that cannot be fails at start-up
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
         rt.middleware = self
         polite_signals.connect(crawler, {
@@ -97,6 +103,9 @@ class PoliteProxyMiddleware:
         meta = request.meta
         if meta.get("polite") is False or meta.get("dont_proxy"):
             return None
+        if no_proxy(meta):
+            self.stats.inc_value("polite/bypassed/no_proxy")
+            return None
         if holds_lease(request):
             return None
         if (fresh := restarted(request)) is not None:
@@ -109,12 +118,21 @@ class PoliteProxyMiddleware:
                 self.stats.inc_value("polite/bypassed/preset_proxy")
                 logger.debug("scrapy-polite: %s keeps its own meta['proxy'], outside the pool", request.url)
                 return None
+        drop_inherited_slot(meta)
         session = self.identities.of(meta)
         host = self.host_key(request)
+        if (blocked := self.blocked.refusal(host)) is not None:
+            raise blocked
         not_before = pop_not_before(meta)
         arrived = time.monotonic()
         acquiring = self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
-        lease = await maybe_deferred_to_future(acquiring)
+        self.blocked.waiting(host, acquiring)
+        try:
+            lease = await maybe_deferred_to_future(acquiring)
+        except CancelledError:
+            if (blocked := self.blocked.refusal(host)) is None:
+                raise
+            raise blocked from None
         meta[LEASE_KEY] = lease
         probing = self.exit_ips.known(lease.endpoint)
         if probing is not None:
@@ -147,6 +165,9 @@ class PoliteProxyMiddleware:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if isinstance(exception, SpiderClosing):
             dropped_at_close(self.crawler, request)
+            return None
+        if isinstance(exception, HostBlocked):
+            self.recorder.not_sent(request, exception, self.host_key(request), kind="host_blocked")
             return None
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
             self.recorder.not_sent(request, exception, self.host_key(request))

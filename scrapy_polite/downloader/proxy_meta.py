@@ -16,6 +16,8 @@ LEASE_KEY = "_polite_lease"
 #: The ``meta['proxy']`` the package itself set, so that a retry is not taken for a user's choice.
 OWN_PROXY_KEY = "_polite_proxy"
 NOT_BEFORE_KEY = "_polite_not_before"
+#: Whether ``meta['download_slot']`` was set before the package first saw the request (the user's own slot).
+SLOT_SET_KEY = "_polite_slot_set"
 #: Set on a request whose page the spider marked: its next record revises the one that counted it as a page.
 REVISES_KEY = "_polite_revises"
 
@@ -30,6 +32,18 @@ def host_key(request: Request, mode: str) -> str:
         if slot:
             return str(slot)
     return urlparse_cached(request).hostname or ""
+
+
+def drop_inherited_slot(meta: Any) -> None:
+    """Forget a ``download_slot`` a redirect copied from the hop before, unless the user set it.
+
+    Scrapy's downloader sets the slot of the first hop (its host) in the meta, and
+    ``RedirectMiddleware`` copies the meta: without this, a page redirected to
+    another host is gated, throttled and counted as the host it came from.
+    """
+    user_set = meta.setdefault(SLOT_SET_KEY, bool(meta.get("download_slot")))
+    if not user_set and meta.get("redirect_urls") and not meta.get("_splash_processed"):
+        meta.pop("download_slot", None)
 
 
 def session_of(meta: Any, cookiejar: bool) -> str | None:
@@ -60,6 +74,11 @@ def preset_proxy(meta: Any) -> str | None:
     if not proxy or _is_own_proxy(meta):
         return None
     return str(proxy)
+
+
+def no_proxy(meta: Any) -> bool:
+    """``meta['proxy'] = None``: Scrapy's "no proxy for this request", honoured as ``dont_proxy``."""
+    return "proxy" in meta and meta["proxy"] is None and OWN_PROXY_KEY not in meta
 
 
 def forget_own_proxy(meta: Any) -> None:

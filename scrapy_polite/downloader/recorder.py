@@ -83,8 +83,8 @@ class Recorder:
             )
         )
 
-    def not_sent(self, request: Request, exception: BaseException, host: str) -> None:
-        """A request the gate gave up before any endpoint was leased (no usable endpoint, its session's lost)."""
+    def not_sent(self, request: Request, exception: BaseException, host: str, kind: str | None = None) -> None:
+        """A request given up before any endpoint was leased (no usable endpoint, its session's lost, its host blocked)."""
         self.emit(Outcome(
             time=time.time(), url=request.url, host=host, endpoint=None,
             session=request.meta.get("polite_session"), status=None,
@@ -92,7 +92,7 @@ class Recorder:
             exit_ip_source=None, requeues=request.meta.get("polite_requeues", 0),
             rate_limited=False, gave_up=True,
         ))
-        self.gave_up(request, type(exception).__name__, str(exception))
+        self.gave_up(request, kind or type(exception).__name__, str(exception))
 
     def emit(self, outcome: Outcome) -> None:
         self.crawler.signals.send_catch_log(polite_signals.outcome_recorded, outcome=outcome)

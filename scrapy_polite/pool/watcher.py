@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -15,15 +16,33 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def mtime(path: str) -> float | None:
+#: Files up to this size are also told apart by a hash of their content (read at each check).
+HASH_MAX_BYTES = 1024 * 1024
+
+#: What tells a file's versions apart: (device, inode, size, mtime in ns, content hash or None).
+Signature = tuple[int, int, int, int, str | None]
+
+
+def signature(path: str) -> Signature | None:
+    """*path*'s version, by more than its mtime; ``None`` while it cannot be read.
+
+    Config managers swap files by symlink, and some stores keep every file's mtime
+    fixed: the file the path leads to (device, inode), its size, and the hash of a
+    small file's content catch a change that leaves the mtime as it was.
+    """
     try:
-        return os.stat(path).st_mtime
+        st = os.stat(path)
+        digest = None
+        if st.st_size <= HASH_MAX_BYTES:
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read(HASH_MAX_BYTES + 1)).hexdigest()
     except OSError:
         return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, digest
 
 
 class ProxiesFileWatcher:
-    """Reloads the proxies file into the gate when its modification time changes."""
+    """Reloads the proxies file into the gate when it changes (see :func:`signature`)."""
 
     def __init__(self, config: PoliteConfig, gate: Gate, stats: Any) -> None:
         assert config.proxies_file is not None
@@ -31,7 +50,7 @@ class ProxiesFileWatcher:
         self.path: str = config.proxies_file
         self.gate = gate
         self.stats = stats
-        self._mtime = mtime(self.path)
+        self._signature = signature(self.path)
 
     def check(self) -> None:
         """Apply a changed file; whatever goes wrong, the pool stays and the caller's loop goes on.
@@ -39,10 +58,10 @@ class ProxiesFileWatcher:
         A LoopingCall stops for good on an exception, so nothing may escape: an
         unusable file is one ERROR (naming the file and the line, never its content).
         """
-        current = mtime(self.path)
-        if current == self._mtime:
+        current = signature(self.path)
+        if current == self._signature:
             return
-        self._mtime = current
+        self._signature = current
         try:
             endpoints, _ = self.config.load_endpoints(reload=True)
             added, removed = self.gate.set_endpoints(endpoints)

@@ -12,8 +12,9 @@ from typing import Any
 
 from .limiters import build
 
-#: ``deny`` answers 407 to every request (CONNECT too); ``connect429`` answers a CONNECT with 429.
-FAILURE_MODES = ("die", "hang", "refuse", "recover", "deny", "connect429")
+#: ``deny`` answers 407 to every request (CONNECT too); ``connect429`` answers a CONNECT with 429;
+#: ``badgateway`` answers every request at once with its own 502 (no proxy-error header).
+FAILURE_MODES = ("die", "hang", "refuse", "recover", "deny", "connect429", "badgateway")
 #: ``Retry-After`` values a site sends as they are, by form: none of them is a wait a client can use.
 LITERAL_RETRY_AFTER = {
     "garbage": "soon",

@@ -165,8 +165,8 @@ class ProxyServer:
         self._upstream.abort_all()
 
     async def set_mode(self, mode: str) -> None:
-        """Apply ``die`` / ``hang`` / ``refuse`` / ``recover`` / ``deny`` / ``connect429``."""
-        if mode in ("deny", "connect429"):
+        """Apply ``die`` / ``hang`` / ``refuse`` / ``recover`` / ``deny`` / ``connect429`` / ``badgateway``."""
+        if mode in ("deny", "connect429", "badgateway"):
             if self._server is None:
                 await self.start()
         elif mode == "refuse":
@@ -271,16 +271,11 @@ class ProxyServer:
         """Auth and proxy-side rate limit; answers and returns ``None`` on refusal."""
         keep = req.keep_alive and req.method != "CONNECT"
         if self.mode == "deny" or not self.check_auth(req):
-            await self._reply(
-                writer,
-                req,
-                407,
-                [("Proxy-Authenticate", 'Basic realm="sandbox"')],
-                b"Proxy Authentication Required",
-                keep,
-                None,
-                None,
-            )
+            challenge = [("Proxy-Authenticate", 'Basic realm="sandbox"')]
+            await self._reply(writer, req, 407, challenge, b"Proxy Authentication Required", keep, None, None)
+            return None
+        if self.mode == "badgateway":  # the proxy's own 502, at once, with no proxy-error header
+            await self._reply(writer, req, 502, [], b"<h1>502 Bad Gateway</h1>", keep, None, None)
             return None
         exit_ip, session = self.choose_exit(req)
         if not self._rate_ok(exit_ip) or (self.mode == "connect429" and req.method == "CONNECT"):

@@ -355,8 +355,7 @@ class Site:
                 return _Reply(401, b"<h1>Unauthorized</h1>")
             user, login_ip = bound
             if login_ip != ip:
-                r = _Reply(409, b"<h1>Conflict</h1><p>session bound to another IP</p>", user=user)
-                return r
+                return _Reply(409, b"<h1>Conflict</h1><p>session bound to another IP</p>", user=user)
             title = "Orders" if p.endswith("orders") else "Account"
             r = _page(title, f'<h1>{title}</h1><span class="user">{_esc(user)}</span>')
             r.user = user
@@ -397,7 +396,8 @@ class Site:
             code = _int(p[8:])
             if code is None or not 200 <= code <= 599:
                 return _Reply(400, b"<h1>Bad status</h1>")
-            return _Reply(code, f"<h1>Status {code}</h1>".encode())
+            to = parse_qs(split.query).get("to")  # /status/302?to=URL: a redirect
+            return _Reply(code, f"<h1>Status {code}</h1>".encode(), extra=[("Location", to[0])] if to else None)
         return _Reply(404, b"<h1>Not Found</h1>")
 
 

@@ -19,6 +19,7 @@ from scrapy.settings import BaseSettings
 from scrapy_polite.errors import PoliteConfigError, Shown
 from scrapy_polite.pool.endpoints import Endpoint, load_endpoints, split_proxies
 from scrapy_polite.pool.host_memory import HOST_MEMORY
+from scrapy_polite.settings import checks
 
 #: A session's pin is forgotten after this long without a request (POLITE_STATE_PIN_TTL).
 PIN_TTL = 3600.0
@@ -96,6 +97,7 @@ DEFAULTS: dict[str, Any] = {
     ],
     "POLITE_CHALLENGE_BENCH": 1800.0,
     "POLITE_CHALLENGE_RETRY_TIMES": 3,
+    "POLITE_HOST_BLOCKED": "give_up",
     "POLITE_PROXY_TIERS": [],
     "POLITE_TIER_ESCALATE_AFTER": 3,
     "POLITE_TIER_COOLDOWN": 600.0,
@@ -211,6 +213,8 @@ class PoliteConfig:
     challenge_patterns: tuple[ChallengePattern, ...] = ()
     challenge_bench: float = 1800.0
     challenge_retry_times: int = 3
+    #: What requests do while every endpoint their host may use is benched for it: "give_up" or "wait".
+    host_blocked: str = "give_up"
     #: Endpoint keys by tier, cheapest first; empty without ``POLITE_PROXY_TIERS``.
     proxy_tiers: tuple[Any, ...] = field(default=(), repr=False)
     #: Each endpoint key's tier (0 = cheapest); empty without tiers.
@@ -272,12 +276,12 @@ class PoliteConfig:
             exit_ip_headers=tuple(r.str_list("POLITE_EXIT_IP_HEADERS")),
             proxy_error_headers=tuple(r.str_list("POLITE_PROXY_ERROR_HEADERS")),
             lease_timeout=lease_timeout if lease_timeout is not None else timeout + 60.0,
-            stats_jsonl=r.optional_str("POLITE_STATS_JSONL"),
+            stats_jsonl=checks.output_path("POLITE_STATS_JSONL", r.optional_str("POLITE_STATS_JSONL")),
             stats_jsonl_max_bytes=r.int("POLITE_STATS_JSONL_MAX_BYTES", minimum=1024, maximum=2**62),
             stats_window=r.float("POLITE_STATS_WINDOW", minimum=1.0),
             log_interval=r.float("POLITE_LOG_INTERVAL", minimum=0.0),
             prometheus_port=r.optional_int("POLITE_PROMETHEUS_PORT", minimum=0, maximum=65535),
-            prometheus_address=r.str("POLITE_PROMETHEUS_ADDRESS"),
+            prometheus_address=checks.listen_address("POLITE_PROMETHEUS_ADDRESS", r.str("POLITE_PROMETHEUS_ADDRESS")),
             exit_ip_probe_url=r.optional_url("POLITE_EXIT_IP_PROBE_URL"),
             exit_ip_probe_timeout=r.float("POLITE_EXIT_IP_PROBE_TIMEOUT", minimum=0.1),
             state=r.state("POLITE_STATE"),
@@ -289,17 +293,18 @@ class PoliteConfig:
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
-            report_html=r.report_html(),
+            report_html=checks.output_path("POLITE_REPORT_HTML", r.report_html()),
             playwright_max_contexts=r.playwright_max_contexts(),
             playwright_block=frozenset(r.choices("POLITE_PLAYWRIGHT_BLOCK", PLAYWRIGHT_RESOURCE_TYPES)),
             host_memory=r.int("POLITE_HOST_MEMORY", minimum=0, maximum=100_000_000),
             stats_top=r.int("POLITE_STATS_TOP", minimum=1, maximum=100_000),
             stats_sessions_map=r.int("POLITE_STATS_SESSIONS_MAP", minimum=0),
             host_overrides=r.download_slots(HostLimits(host_conc, conc_max, delay)),
-            response_policy=r.str("POLITE_RESPONSE_POLICY"),
+            response_policy=checks.policy_class("POLITE_RESPONSE_POLICY", r.str("POLITE_RESPONSE_POLICY")),
             challenge_patterns=r.challenge_patterns("POLITE_CHALLENGE_PATTERNS"),
             challenge_bench=r.float("POLITE_CHALLENGE_BENCH", minimum=0.0, maximum=MAX_SECONDS),
             challenge_retry_times=r.int("POLITE_CHALLENGE_RETRY_TIMES", minimum=0),
+            host_blocked=r.choice("POLITE_HOST_BLOCKED", checks.BLOCKED_CHOICES),
             proxy_tiers=r.proxy_tiers("POLITE_PROXY_TIERS"),
             tier_escalate_after=r.int("POLITE_TIER_ESCALATE_AFTER", minimum=1),
             tier_cooldown=r.float("POLITE_TIER_COOLDOWN", minimum=0.0, maximum=MAX_SECONDS),
@@ -403,20 +408,10 @@ class _Reader:
 
     def optional_url(self, name: builtins.str) -> builtins.str | None:
         value = self.optional_str(name)
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise PoliteConfigError(name, value, "an http:// or https:// URL, or None")
-        return value
+        return None if value is None else checks.http_url(name, value)
 
     def state(self, name: builtins.str) -> builtins.str:
-        value = self.raw(name)
-        if value == "memory" or (
-            isinstance(value, str) and value.startswith(("redis://", "rediss://", "unix://"))
-        ):
-            return value
-        from scrapy_polite.gate.redis.state import mask_url
-
-        shown = mask_url(value) if isinstance(value, str) else value
-        raise PoliteConfigError(name, shown, "'memory' or a Redis URL (redis://host:port/db)")
+        return checks.state(name, self.raw(name))
 
     def choice(self, name: builtins.str, choices: tuple[builtins.str, ...]) -> builtins.str:
         value = self.raw(name)
