@@ -119,6 +119,8 @@ class HostController:
     #: CUBIC's W_max: the accepted rate at the last cut; ``k``: seconds in use to get back to it.
     peak: float = 0.0
     k: float = 0.0
+    #: The rate the last cut set (where the curve starts).
+    floor_rate: float = 0.0
     #: The rate the site answered cleanly before the last cut.
     answered: float = 0.0
     hold: float = 0.0
@@ -175,14 +177,15 @@ class HostController:
         return rate
 
     def _observe(self, s: Sample) -> str | None:
-        self.level.answers += 1
+        current = s.sent_at > self.cut_at  # sent at the rate since the last cut: this level's
+        self.level.answers += current
         self.sent.append((s.now, s.kind == OK))
         stated = self._stated(s) if s.quota is not None else None
         if s.kind == OK:
             return self._clean(s) or stated
         if s.kind == OVERLOAD:
             return self._overloaded(s) or stated
-        self.level.refused += 1
+        self.level.refused += current
         if s.kind == CHALLENGE:
             return self._cut(s, "challenge page", depth=2, cost=1.0)
         return self._refused(s) or stated
@@ -190,7 +193,7 @@ class HostController:
     def adopt(self, rate: float | None, now: float) -> None:
         """Another process sharing the host set *rate*: continue from it."""
         if rate is not None and self.rate is not None and rate < self.rate * 0.99:
-            self.peak, self.rate, self.grown, self.cut_at = self.rate, rate, 0.0, now
+            self.peak, self.rate, self.floor_rate, self.grown, self.cut_at = self.rate, rate, rate, 0.0, now
             self.k, self.hold = self._k(self.peak, rate), 0.0
             self.starting = False
         elif rate != self.rate:
@@ -245,15 +248,16 @@ class HostController:
         return why
 
     def _cubic(self) -> float:
-        """CUBIC's W(t) = W + C (t - K)^3 from beta * W_max at the cut back to W = W_max less a
-        margin at K, held there for ``hold`` seconds between its concave and its convex half."""
+        """CUBIC's W(t) = T + S (t - K)^3: from the rate the cut set back to T, W_max less a margin,
+        at K, held there for ``hold`` seconds, then past it as fast as the cut went down
+        (S = W_max (1 - beta) / K^3, CUBIC's symmetric curve)."""
         beta, k = self.params.beta, max(self.k, 1e-3)
         top = self.peak * (1 - self.params.margin)  # the rate that failed was past the limit
         t = self.grown
         if t > k:
             t = max(k, t - self.hold)
-        low = self.peak * beta
-        scale = (top - low) / k**3
+        low = min(self.floor_rate, top)
+        scale = (top - low if t < k else self.peak * (1 - beta)) / k**3
         return max(low, top + scale * (t - k) ** 3)
 
     def _k(self, peak: float, new: float) -> float:
@@ -310,9 +314,11 @@ class HostController:
         measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
         if accepted is not None and measured:
             peak = min(peak, accepted)
-        new = max(b.min_rate(), peak * p.beta**depth)
+        # A rate measured from what the site answered is already under its limit: the cut keeps
+        # the margin under it, not a cut's worth on top.
+        new = max(b.min_rate(), peak * ((1 - p.margin) if measured and depth == 1 else p.beta**depth))
         old = self.rate
-        self.peak, self.rate = peak, new
+        self.peak, self.rate, self.floor_rate = peak, new, new
         # What the site answered cleanly (at most the peak): each IP is spaced for its share of it.
         self.answered = min(peak, accepted) if accepted is not None else new
         self.k = self._k(peak, new)
@@ -385,7 +391,7 @@ class HostController:
             length = reset - self.reset_at
             budget = sum(1 for t in self.clean if self.reset_at <= t < reset)
             if budget and not self.independent:
-                self.peak = self.rate = max(self.bounds.min_rate(), budget / length)
+                self.peak = self.rate = self.floor_rate = max(self.bounds.min_rate(), budget / length)
                 self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
                 self.hold = 0.0
                 self.starting = False
