@@ -1,4 +1,4 @@
-"""scrapy-polite: crawl through a proxy pool at the rate a site allows.
+"""crawl through a proxy pool at the rate a site allows.
 
 Enable everything with ``ADDONS = {"scrapy_polite.Addon": 500}`` and list
 your proxies in ``POLITE_PROXIES``.

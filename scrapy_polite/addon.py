@@ -65,7 +65,7 @@ class Addon:
                 settings.set(name, value, "addon")
             elif settings.get(name) not in (value, str(value)):
                 logger.warning(
-                    "scrapy-polite: %s=%r from your settings works on top of the POLITE_* gates "
+                    "%s=%r from your settings works on top of the POLITE_* gates "
                     "and slows the crawl%s; remove it and tune POLITE_DELAY instead",
                     name, settings.get(name), _delay_cost(settings) if name == "DOWNLOAD_DELAY" else "",
                 )
@@ -104,7 +104,7 @@ def _replace_startproject_template(settings: BaseSettings) -> None:
     most = max(host_concurrency_max(settings), CONCURRENT_REQUESTS_PER_DOMAIN)
     settings.set("CONCURRENT_REQUESTS_PER_DOMAIN", most, "project")
     logger.info(
-        "scrapy-polite: DOWNLOAD_DELAY = 1 and CONCURRENT_REQUESTS_PER_DOMAIN = 1, as scrapy startproject "
+        "DOWNLOAD_DELAY = 1 and CONCURRENT_REQUESTS_PER_DOMAIN = 1, as scrapy startproject "
         "writes them, are replaced by the POLITE_* gates (they would hold each host to one request at a "
         "time, about 60 per minute, whatever the pool); set POLITE_DELAY or POLITE_HOST_CONCURRENCY to "
         "slow a host down, or remove the two lines from settings.py to silence this"
@@ -142,7 +142,7 @@ def _lift_slot_concurrency(settings: BaseSettings) -> None:
         settings.set(name, most, "addon")
     else:
         logger.warning(
-            "scrapy-polite: %s=%r from your settings caps each host below POLITE_HOST_CONCURRENCY(_MAX) (%d): "
+            "%s=%r from your settings caps each host below POLITE_HOST_CONCURRENCY(_MAX) (%d): "
             "at most %s request(s) to a host at a time, whatever the pool; remove it and set "
             "POLITE_HOST_CONCURRENCY instead", name, settings.get(name), most, settings.get(name),
         )

@@ -62,7 +62,7 @@ def set_downloader_interface(queue: Any, interface: Any) -> None:
     """
     if not hasattr(queue, "_downloader_interface"):
         raise RuntimeError(
-            "scrapy-polite: this Scrapy's DownloaderAwarePriorityQueue has no _downloader_interface; "
+            "this Scrapy's DownloaderAwarePriorityQueue has no _downloader_interface; "
             "set SCHEDULER_PRIORITY_QUEUE to Scrapy's own queue"
         )
     queue._downloader_interface = interface

@@ -99,7 +99,7 @@ async def test_hostile_retry_after_and_exit_ip_headers_lose_nothing(sandbox, tmp
     assert reported and reported <= set(sb.proxy_exit_ips)
     invalid = [name for name, _ in HOSTILE[form] if name in DEFAULTS["POLITE_EXIT_IP_HEADERS"]]
     assert run.stats["polite/exit_ip_invalid"] == len(records) * len(invalid)
-    warnings = re.findall(r"WARNING: scrapy-polite: ignored (\S+) header", run.log_text)
+    warnings = re.findall(r"WARNING: ignored (\S+) header", run.log_text)
     assert sorted(warnings) == sorted(invalid)
     assert_clean(run)
 

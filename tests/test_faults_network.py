@@ -87,7 +87,7 @@ async def test_hanging_target_urls_are_given_up_and_no_healthy_proxy_dies(sandbo
     assert_clean(run)
 
 
-_STALLED = re.compile(r"^(\S+ \S+) \[scrapy_polite\.[\w.]+\] INFO: scrapy-polite: no answer via (\S+) for")
+_STALLED = re.compile(r"^(\S+ \S+) \[scrapy_polite\.[\w.]+\] INFO: no answer via (\S+) for")
 
 
 def _log_time(stamp: str) -> float:

@@ -163,7 +163,7 @@ async def test_the_site_s_own_502s_blame_no_proxy(sandbox, tmp_path) -> None:
 
 # -- 3. a host every identity is benched for ----------------------------------------------------
 
-_BLOCKED = re.compile(r"WARNING: scrapy-polite: (\S+) is blocked: .* the first comes back in (\d+) s")
+_BLOCKED = re.compile(r"WARNING: (\S+) is blocked: .* the first comes back in (\d+) s")
 
 
 @pytest.mark.parametrize("state", ["memory", "redis"])

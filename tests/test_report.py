@@ -29,7 +29,7 @@ from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 #: The INFO (WARNING for a park) line the throttle logs for each decision.
 DECISION = re.compile(
-    r"scrapy-polite: (?P<host>\S+) concurrency (?P<c0>\d+) -> (?P<c1>\d+), delay (?P<d0>[\d.]+-[\d.]+) -> "
+    r"(?P<host>\S+) concurrency (?P<c0>\d+) -> (?P<c1>\d+), delay (?P<d0>[\d.]+-[\d.]+) -> "
     r"(?P<d1>[\d.]+-[\d.]+) s, host interval (?P<i0>[\d.]+) -> (?P<i1>[\d.]+) s(?:, paused [\d.]+ s)? "
     r"\((?P<reason>.*)\)$"
 )

@@ -168,7 +168,7 @@ def test_example_project_runs_on_scrapyd_with_per_job_settings(sandbox, scrapyd:
 
     log = scrapyd.get(f"logs/{PROJECT}/catalogue/{job}.log")
     assert "'finish_reason': 'finished'" in log, log[-3000:]
-    assert "scrapy-polite: 8 endpoints" in log and "host concurrency 3" in log
+    assert "] INFO: 8 endpoints" in log and "host concurrency 3" in log
     stats = dict(re.findall(r"'(polite/[^']+)': ([0-9.]+)", log))
     site_log = sb.log()
     assert int(stats["polite/success"]) == sum(e["status"] == 200 for e in site_log) >= 21

@@ -63,7 +63,7 @@ class Attempts:
                 # Splash's own failure (overloaded, timeout, script error) says nothing about
                 # the target or the proxy: no throttling; RetryMiddleware decides on a retry.
                 self._splash_error(str(response.status))
-                logger.debug("scrapy-polite: %s for %s, not the target's answer", answer.reason, request)
+                logger.debug("%s for %s, not the target's answer", answer.reason, request)
                 return response
             if answer.kind == "proxy":
                 self.blame.endpoint_failed(lease, answer.reason)

@@ -77,7 +77,7 @@ class Blame:
         self.gate.ban_endpoint(ep.key, lease.host, duration)
         self.stats.inc_value("polite/bans")
         logger.warning(
-            "scrapy-polite: %s answered %d to %s; benching it for %s for %.0f s",
+            "%s answered %d to %s; benching it for %s for %.0f s",
             lease.host, status, ep.label, lease.host, duration,
         )
 
@@ -97,7 +97,7 @@ class Blame:
         # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
         self.gate.pause_host(lease.host, delay)
         logger.warning(
-            "scrapy-polite: %s sent a challenge (%s) to %s; benching it for %s for %.0f s",
+            "%s sent a challenge (%s) to %s; benching it for %s for %.0f s",
             lease.host, verdict.reason, ep.label, lease.host, bench,
         )
         self.crawler.signals.send_catch_log(
@@ -119,7 +119,7 @@ class Blame:
     def _tier_moved(self, host: str, old: int, new: int, way: str) -> None:
         self.stats.inc_value(f"polite/tier/moves/{way}")
         logger.warning(
-            "scrapy-polite: %s moves from proxy tier %d to tier %d (%s)", host, old, new,
+            "%s moves from proxy tier %d to tier %d (%s)", host, old, new,
             "challenges or bans on its tier" if way == "up" else "a clean window",
         )
 
@@ -132,7 +132,7 @@ class Blame:
             state = "dead" if not self.gate.endpoint_usable(st) else "backoff"
             logger.log(
                 logging.WARNING if before == 0 or state == "dead" else logging.DEBUG,
-                "scrapy-polite: endpoint %s failed (%s), %d in a row; %s until re-check",
+                "endpoint %s failed (%s), %d in a row; %s until re-check",
                 lease.endpoint.label, reason, st.failures, state,
             )
             self.crawler.signals.send_catch_log(
@@ -165,7 +165,7 @@ class Blame:
             # Benched for this host only (as a ban is): no rate signal, the other hosts unaffected.
             self.gate.ban_endpoint(lease.endpoint.key, lease.host, seconds)
             logger.debug(
-                "scrapy-polite: %s via %s: %s (%d in a row for this pair); that pair rests %.1f s",
+                "%s via %s: %s (%d in a row for this pair); that pair rests %.1f s",
                 lease.host, lease.endpoint.label, reason, verdict.streak, seconds,
             )
 
@@ -180,7 +180,7 @@ class Blame:
             done = f"paused {seconds:.0f} s"
         self.stats.inc_value("polite/hosts_parked" if park else "polite/hosts_slowed")
         logger.warning(
-            "scrapy-polite: %s gave no answer (%s) to %d endpoints within %.0f s; the host is blamed, "
+            "%s gave no answer (%s) to %d endpoints within %.0f s; the host is blamed, "
             "not the proxies: %s",
             host, reason, self.config.host_pause_endpoints, self.config.host_pause_window, done or "already slowed",
         )

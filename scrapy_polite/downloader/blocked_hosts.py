@@ -66,7 +66,7 @@ class BlockedHosts:
         self.stats.inc_value("polite/host_blocked")
         wall = time.strftime("%H:%M:%S", time.localtime(time.time() + until - now))
         logger.warning(
-            "scrapy-polite: %s is blocked: every endpoint it may use is benched for it (challenges or bans); "
+            "%s is blocked: every endpoint it may use is benched for it (challenges or bans); "
             "the first comes back in %.0f s (at %s). Its requests %s (POLITE_HOST_BLOCKED = %r)",
             host, until - now, wall,
             "are given up meanwhile" if self.policy == GIVE_UP else "wait until then", self.policy,

@@ -106,7 +106,7 @@ class ExitIps:
             # Scrapy drops the CONNECT reply, where the provider's exit-IP header is for HTTPS.
             self._warned_https = True
             logger.warning(
-                "scrapy-polite: HTTPS responses via %s carry no exit IP. Scrapy discards the proxy's "
+                "HTTPS responses via %s carry no exit IP. Scrapy discards the proxy's "
                 "CONNECT reply headers: set DOWNLOAD_HANDLERS = {'https': "
                 "'scrapy_proxy_headers.HTTP11ProxyDownloadHandler'} (pip install scrapy-proxy-headers), "
                 "give each endpoint a static exit_ip, or set POLITE_EXIT_IP_PROBE_URL",
@@ -121,7 +121,7 @@ class ExitIps:
             return
         self._warned_headers.add(name.lower())
         logger.warning(
-            "scrapy-polite: ignored %s header via %s, not an IP address: %r%s (further ones are only "
+            "ignored %s header via %s, not an IP address: %r%s (further ones are only "
             "counted in polite/exit_ip_invalid)",
             name, lease.endpoint.label, value[:40], "..." if len(value) > 40 else "",
         )
@@ -190,15 +190,15 @@ class ExitIps:
             ip = parse_probe_response(response)
             if ip is None:
                 logger.warning(
-                    "scrapy-polite: exit-IP probe via %s got no IP address (status %d)",
+                    "exit-IP probe via %s got no IP address (status %d)",
                     endpoint.label, response.status,
                 )
         except Exception as exc:
-            logger.warning("scrapy-polite: exit-IP probe via %s failed: %r", endpoint.label, exc)
+            logger.warning("exit-IP probe via %s failed: %r", endpoint.label, exc)
         finally:
             self._probing.pop(endpoint.key, None)
         self._probed[endpoint.key] = ip
         for d in self._probe_waiters.pop(endpoint.key, []):
             d.callback(ip)
         self.stats.inc_value("polite/exit_ip_probe/" + ("ok" if ip else "failed"))
-        logger.debug("scrapy-polite: %s exits from %s", endpoint.label, ip)
+        logger.debug("%s exits from %s", endpoint.label, ip)

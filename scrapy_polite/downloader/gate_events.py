@@ -42,7 +42,7 @@ class GateEvents:
     def stalled(self, lease: Lease) -> None:
         self.stats.inc_value("polite/stalled")
         logger.info(
-            "scrapy-polite: no answer via %s for %s after %.1f s: its host slot is free again, "
+            "no answer via %s for %s after %.1f s: its host slot is free again, "
             "the endpoint stays busy until the answer or the download timeout",
             lease.endpoint.label, lease.host, self.config.stall_timeout,
         )
@@ -51,7 +51,7 @@ class GateEvents:
         if self.maintenance.closing:
             return
         logger.error(
-            "scrapy-polite: every endpoint is dead or removed (%d failures in a row each); "
+            "every endpoint is dead or removed (%d failures in a row each); "
             "closing the spider", self.config.endpoint_max_failures,
         )
         self.gate.close("no usable endpoints")
@@ -66,7 +66,7 @@ class GateEvents:
         if self.maintenance.closing:
             return
         logger.error(
-            "scrapy-polite: the shared state at %s has been unreachable for %.0f s "
+            "the shared state at %s has been unreachable for %.0f s "
             "(POLITE_STATE_OUTAGE_TIMEOUT=%g); closing the spider",
             self.gate.label, down_for, self.config.state_outage_timeout,
         )
@@ -75,7 +75,7 @@ class GateEvents:
         self.gate.close("shared state unreachable", SpiderClosing)
 
     def session_repinned(self, session: str, old: str | None, reason: str) -> None:
-        logger.warning("scrapy-polite: session %r leaves %s (%s); it gets a new endpoint", session, old, reason)
+        logger.warning("session %r leaves %s (%s); it gets a new endpoint", session, old, reason)
         self.stats.inc_value("polite/sessions/repinned")
         self.crawler.signals.send_catch_log(
             polite_signals.session_repinned, session=session, old=old, reason=reason

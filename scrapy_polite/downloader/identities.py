@@ -56,7 +56,7 @@ class Identities:
 
     def retired(self, session: str, endpoint: str | None, reason: str) -> None:
         self.crawler.stats.inc_value("polite/sessions/retired")
-        logger.info("scrapy-polite: session %r retired (%s); its next request gets a new identity", session, reason)
+        logger.info("session %r retired (%s); its next request gets a new identity", session, reason)
         self.crawler.signals.send_catch_log(
             polite_signals.session_retired, session=session, endpoint=endpoint, reason=reason
         )

@@ -27,7 +27,7 @@ def report_dropped(stats: Any, reason: str, spider: Any) -> None:
     dropped = stats.get_value("polite/dropped_at_close", 0)
     if dropped:
         logger.info(
-            "scrapy-polite: %d request(s) still waiting at the gate were not sent, as the spider closed "
+            "%d request(s) still waiting at the gate were not sent, as the spider closed "
             "(%s); %d kept in JOBDIR for the next run",
             dropped, reason, stats.get_value("polite/kept_at_close", 0), extra={"spider": spider},
         )

@@ -31,7 +31,7 @@ def announce(config: PoliteConfig, crawler: Any, spider: Any) -> None:
     labels = [e.label for e in cfg.endpoints]
     shown = ", ".join(labels[:5]) + (f", ... (+{len(labels) - 5})" if len(labels) > 5 else "")
     logger.info(
-        "scrapy-polite: %(n)d endpoints [%(shown)s]; host concurrency %(hc)d (max %(hm)d), "
+        "%(n)d endpoints [%(shown)s]; host concurrency %(hc)d (max %(hm)d), "
         "%(ec)d request(s) per endpoint, delay %(lo).2f-%(hi).2f s%(adaptive)s",
         {
             "n": len(labels), "shown": shown, "hc": cfg.host_concurrency,
@@ -46,11 +46,11 @@ def announce(config: PoliteConfig, crawler: Any, spider: Any) -> None:
         compat.drop_slot_delays(getattr(crawler.engine, "downloader", None))
         for host, limits in cfg.host_overrides.items():
             logger.info(
-                "scrapy-polite: %s (DOWNLOAD_SLOTS): host concurrency %d (max %d), delay %.2f-%.2f s",
+                "%s (DOWNLOAD_SLOTS): host concurrency %d (max %d), delay %.2f-%.2f s",
                 host, limits.concurrency, limits.concurrency_max, *limits.delay, extra={"spider": spider},
             )
     for label in cfg.duplicates:
-        logger.warning("scrapy-polite: duplicate proxy %s ignored", label, extra={"spider": spider})
+        logger.warning("duplicate proxy %s ignored", label, extra={"spider": spider})
 
 
 class Maintenance:
@@ -119,7 +119,7 @@ class Maintenance:
         for lease in self.gate.expire_leases(self.config.lease_timeout):
             self.stats.inc_value("polite/leases_expired")
             logger.warning(
-                "scrapy-polite: released %s for %s after %.0f s without an answer "
+                "released %s for %s after %.0f s without an answer "
                 "(the request never reached the downloader or never came back)",
                 lease.endpoint.label, lease.host, self.config.lease_timeout,
             )

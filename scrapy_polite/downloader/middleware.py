@@ -116,7 +116,7 @@ class PoliteProxyMiddleware:
             pinned = pool_endpoint(self.gate.endpoints, preset)
             if pinned is None:
                 self.stats.inc_value("polite/bypassed/preset_proxy")
-                logger.debug("scrapy-polite: %s keeps its own meta['proxy'], outside the pool", request.url)
+                logger.debug("%s keeps its own meta['proxy'], outside the pool", request.url)
                 return None
         drop_inherited_slot(meta)
         session = self.identities.of(meta)
@@ -172,7 +172,7 @@ class PoliteProxyMiddleware:
         if isinstance(exception, (SessionEndpointLost, NoUsableEndpoints)):
             self.recorder.not_sent(request, exception, self.host_key(request))
             if isinstance(exception, SessionEndpointLost):
-                logger.error("scrapy-polite: gave up %s: %s", request.url, exception)
+                logger.error("gave up %s: %s", request.url, exception)
             return None
         if lease is None:
             return None

@@ -120,7 +120,7 @@ class Contexts:
         if "proxy" in kwargs and not self._warned_user_proxy:
             self._warned_user_proxy = True
             logger.warning(
-                "scrapy-polite: ignored the proxy in playwright_context_kwargs of %s: a rendered request "
+                "ignored the proxy in playwright_context_kwargs of %s: a rendered request "
                 "goes through its lease's endpoint", request.url,
             )
         kwargs["proxy"] = proxy_settings(lease.endpoint.url)
@@ -204,15 +204,15 @@ class Contexts:
             try:
                 self.saved_state[name] = await wrapper.context.storage_state()
             except Exception as exc:  # a crashed context has nothing to save
-                logger.debug("scrapy-polite: could not save the storage of context %s: %s", name, exc)
+                logger.debug("could not save the storage of context %s: %s", name, exc)
         try:
             await wrapper.context.close()
         except Exception as exc:
-            logger.debug("scrapy-polite: closing context %s failed: %s", name, exc)
+            logger.debug("closing context %s failed: %s", name, exc)
         self.last_used.pop(name, None)
         self.endpoint_of.pop(name, None)
         self.stats.inc_value("polite/playwright/contexts_closed")
-        logger.debug("scrapy-polite: closed browser context %s (%s)", name, why)
+        logger.debug("closed browser context %s (%s)", name, why)
 
     def _drop_stale_page(self, request: Request, handler: Any, name: str, retry: bool) -> None:
         """A fresh page for a new attempt, and never a page of another endpoint's context.
@@ -242,7 +242,7 @@ class Contexts:
             if not self._warned_no_handler:
                 self._warned_no_handler = True
                 logger.warning(
-                    "scrapy-polite: a request asks for playwright, but no scrapy-playwright download handler "
+                    "a request asks for playwright, but no scrapy-playwright download handler "
                     "is set (DOWNLOAD_HANDLERS); its contexts are not bounded by the pool"
                 )
             return None

@@ -149,12 +149,12 @@ class Recorder:
         if decision.verdict in (requeue.DONT_RETRY, requeue.HANDLED):
             self.stats.inc_value(f"polite/not_requeued/{decision.verdict}")
             logger.debug(
-                "scrapy-polite: not re-queuing %s (%s: %s via %s), as its meta asks",
+                "not re-queuing %s (%s: %s via %s), as its meta asks",
                 request.url, decision.verdict, what, label,
             )
         elif decision.verdict == requeue.SPENT:
             logger.error(
-                "scrapy-polite: gave up %s after %d %s re-queue(s) (last: %s via %s)",
+                "gave up %s after %d %s re-queue(s) (last: %s via %s)",
                 request.url, decision.done, kind, what, label,
             )
             self.gave_up(request, kind, str(what))
@@ -169,4 +169,4 @@ class Recorder:
                     polite_signals.request_rate_limited,
                     request=request, host=lease.host, endpoint=label, delay=delay,
                 )
-            logger.debug("scrapy-polite: re-queued %s (%s via %s, not before %.1f s)", request.url, kind, label, delay)
+            logger.debug("re-queued %s (%s via %s, not before %.1f s)", request.url, kind, label, delay)

@@ -92,7 +92,7 @@ class JsonlSink:
             self._file.write(line)
             self._size += len(line)
         except OSError as exc:
-            logger.error("scrapy-polite: stopped writing %s: %s", path, exc)
+            logger.error("stopped writing %s: %s", path, exc)
             self.path = None
             self.close()
 

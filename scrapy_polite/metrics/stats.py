@@ -425,11 +425,11 @@ class PoliteStats:
                 self._prom = PrometheusExporter(self.config.prometheus_address, self.config.prometheus_port)
             except OSError as exc:
                 logger.error(
-                    "scrapy-polite: no Prometheus metrics, cannot listen on %s:%s: %s",
+                    "no Prometheus metrics, cannot listen on %s:%s: %s",
                     self.config.prometheus_address, self.config.prometheus_port, exc,
                 )
             else:
-                logger.info("scrapy-polite: Prometheus metrics on %s", self._prom.url)
+                logger.info("Prometheus metrics on %s", self._prom.url)
 
     @property
     def _shared(self) -> bool:
@@ -452,7 +452,7 @@ class PoliteStats:
         health = self.runtime.gate.health_counts()
         p50, p95, p99 = (self.percentile(p) for p in REPORTED)
         logger.info(
-            "scrapy-polite: %.1f pages/min now, %.1f overall; %d/%d ok, 429s %.1f%%; "
+            "%.1f pages/min now, %.1f overall; %d/%d ok, 429s %.1f%%; "
             "P50 %s P95 %s P99 %s; endpoints %d healthy, %d cooling, %d dead; %d waiting",
             window, overall, self.ok, self.total,
             100.0 * self.rate_limited / self.total if self.total else 0.0,
@@ -482,9 +482,9 @@ class PoliteStats:
         try:
             data = write_report(paths, output, f"{getattr(spider, 'name', 'crawl')}: scrapy-polite crawl report")
         except OSError as exc:
-            logger.error("scrapy-polite: could not write the report %s: %s", output, exc)
+            logger.error("could not write the report %s: %s", output, exc)
             return
-        logger.info("scrapy-polite: report of %d records written to %s", data.records, output)
+        logger.info("report of %d records written to %s", data.records, output)
 
     def _export(self, s: dict[str, Any], spider: Any) -> None:
         set_value = self.stats.set_value

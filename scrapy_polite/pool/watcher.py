@@ -66,14 +66,14 @@ class ProxiesFileWatcher:
             endpoints, _ = self.config.load_endpoints(reload=True)
             added, removed = self.gate.set_endpoints(endpoints)
         except PoliteConfigError as exc:
-            logger.error("scrapy-polite: kept the current pool, as %s cannot be used: %s", self.path, exc)
+            logger.error("kept the current pool, as %s cannot be used: %s", self.path, exc)
             return
         except Exception:
-            logger.exception("scrapy-polite: kept the current pool, as reloading %s failed", self.path)
+            logger.exception("kept the current pool, as reloading %s failed", self.path)
             return
         if added or removed:
             logger.info(
-                "scrapy-polite: %s changed: %d endpoint(s) added %s, %d removed %s",
+                "%s changed: %d endpoint(s) added %s, %d removed %s",
                 self.path, len(added), added, len(removed), removed,
             )
             self.stats.inc_value("polite/pool_reloads")

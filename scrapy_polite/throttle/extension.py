@@ -63,7 +63,7 @@ class HostThrottle:
         events = throttle_events(old, new, evidence, now)
         logger.log(
             logging.WARNING if "park" in evidence else logging.INFO,
-            "scrapy-polite: %s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s, "
+            "%s concurrency %d -> %d, delay %.2f-%.2f -> %.2f-%.2f s, "
             "host interval %.2f -> %.2f s%s (%s%s)",
             host, old["concurrency"], new["concurrency"], *old["delay"], *new["delay"],
             old["interval"], new["interval"],
@@ -87,7 +87,7 @@ class HostThrottle:
                 return  # extended (its own watch reports it), or the crawl is over
             change = "unpark" if parked else "resume"
             snap = self.policy._snapshot(host)
-            logger.info("scrapy-polite: %s %s after %.1f s", host, "unparked" if parked else "resumed",
+            logger.info("%s %s after %.1f s", host, "unparked" if parked else "resumed",
                         until - started)
             self.crawler.signals.send_catch_log(
                 polite_signals.host_throttle_changed, host=host, old=snap, new=snap,
@@ -125,11 +125,11 @@ class HostThrottle:
         rt.gate.set_host_min_delay(host, spacing)
         if spacing < delay:
             logger.warning(
-                "scrapy-polite: %s robots.txt Crawl-delay %g s capped at POLITE_RETRY_AFTER_MAX: %.1f s is "
+                "%s robots.txt Crawl-delay %g s capped at POLITE_RETRY_AFTER_MAX: %.1f s is "
                 "the minimum spacing", host, delay, spacing,
             )
         else:
-            logger.info("scrapy-polite: %s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
+            logger.info("%s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
 
 
 def robots_agent(settings: Any) -> str:

@@ -240,7 +240,7 @@ class RedisGate(GateCore):
                 # While Redis is away, the queued updates cannot go: no point waiting for them.
                 await asyncio.wait_for(self._ops.join(), timeout=5 if self._down_since is None else 0.5)
             except asyncio.TimeoutError:
-                logger.warning("scrapy-polite: %d shared-state updates not sent at close", self._ops.qsize())
+                logger.warning("%d shared-state updates not sent at close", self._ops.qsize())
         self._halt()
         client, self._client = self._client, None
         try:
@@ -249,7 +249,7 @@ class RedisGate(GateCore):
                 await asyncio.wait_for(self._scripts["release"](args=self._release_args(lease)), timeout=2)
             await asyncio.wait_for(self._scripts["leave"](args=[self.keys.prefix, self.process_id]), timeout=2)
         except (self._redis.RedisError, OSError, asyncio.TimeoutError) as exc:
-            logger.warning("scrapy-polite: could not clear this process from the shared state: %s", exc)
+            logger.warning("could not clear this process from the shared state: %s", exc)
         finally:
             await client.aclose()
 
@@ -490,7 +490,7 @@ class RedisGate(GateCore):
                     break
                 except Exception:
                     # A bug or a Redis error must not strand the waiters: log it, look again later.
-                    logger.exception("scrapy-polite: grant attempt for %s failed", host)
+                    logger.exception("grant attempt for %s failed", host)
                     pause = backoff.next()
                     break
                 self._back(backoff)
@@ -622,7 +622,7 @@ class RedisGate(GateCore):
         if code == "grace" and r.at > self._grace_until:
             self._grace_until = r.at
             logger.warning(
-                "scrapy-polite: the shared state at %s was unreachable for longer than the lease TTL, "
+                "the shared state at %s was unreachable for longer than the lease TTL, "
                 "or lost its data: no new lease for %.1f s, so requests still in flight are "
                 "re-asserted first", self.label, wait,
             )
@@ -758,7 +758,7 @@ class RedisGate(GateCore):
                         # Updates wait for Redis, in order, rather than being lost.
                         await self._outage(exc, backoff)
             except Exception:
-                logger.exception("scrapy-polite: shared-state update failed and was dropped")
+                logger.exception("shared-state update failed and was dropped")
             finally:
                 if done is not None:
                     done()
@@ -780,7 +780,7 @@ class RedisGate(GateCore):
                 continue
             except Exception:
                 # Renewals must go on whatever happened, or every lease here lapses.
-                logger.exception("scrapy-polite: lease renewal failed")
+                logger.exception("lease renewal failed")
             self._evict(None)
             await asyncio.sleep(self.lease_ttl / 3)
 
@@ -797,14 +797,14 @@ class RedisGate(GateCore):
         if lapsed or beat:
             self.reasserted += lapsed + beat
             logger.warning(
-                "scrapy-polite: re-asserted %d lease(s)%s in the shared state at %s (Redis lost them, "
+                "re-asserted %d lease(s)%s in the shared state at %s (Redis lost them, "
                 "or they ran out while it was unreachable)", lapsed,
                 " and this process's heartbeat" if beat else "", self.label,
             )
         swept = await self._scripts["sweep"](args=[self.keys.prefix, ORPHANS_KEPT, _IDLE_TTL])
         for proc, count in zip(swept[::2], swept[1::2]):
             logger.warning(
-                "scrapy-polite: process %s stopped renewing its leases; its endpoints are free again "
+                "process %s stopped renewing its leases; its endpoints are free again "
                 "and the %d request(s) it held are listed under %s",
                 proc, int(count), self.keys.orphans,
             )
@@ -815,7 +815,7 @@ class RedisGate(GateCore):
             self._down_since = self._clock()
             self.outages += 1
             logger.warning(
-                "scrapy-polite: lost the shared state at %s (%s); %d request(s) wait, none is sent "
+                "lost the shared state at %s (%s); %d request(s) wait, none is sent "
                 "until it is back", self.label, exc, self.waiting(),
             )
         self._check_outage_deadline()
@@ -833,7 +833,7 @@ class RedisGate(GateCore):
     def _back(self, backoff: Retry) -> None:
         if self._down_since is not None:
             logger.warning(
-                "scrapy-polite: shared state at %s is back after %.1f s", self.label,
+                "shared state at %s is back after %.1f s", self.label,
                 self._clock() - self._down_since,
             )
             self._down_since = None
