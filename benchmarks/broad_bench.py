@@ -106,7 +106,7 @@ def one_run(
         if not sessions:
             gate.set_host_limit(host, LEARNED_LIMIT)
         gate.release(lease)
-        policy.ok(host, 200, gap=lease.gap, granted_at=lease.granted_at)
+        policy.ok(lease, 200)
     marks.append(time.perf_counter())
     per = (total - windows[0]) / len(windows)
     costs = [(b - a) / per * 1e6 for a, b in zip(marks, marks[1:])]

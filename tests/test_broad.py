@@ -161,17 +161,18 @@ def test_throttle_findings_survive_the_hosts_eviction() -> None:
     cfg = PoliteConfig.from_settings(Settings({"POLITE_PROXIES": ["http://10.0.0.1:80"]}))
     gate = make_gate(clock, host_concurrency=4)
     policy = ThrottlePolicy(cfg, gate, clock=clock)
-    ep = next(iter(gate.endpoints.values())).endpoint
     l1 = lease(gate, "a")
     gate.release(l1)
-    policy.rate_limited("a", ep, 1.0, granted_at=l1.granted_at)
+    policy.rate_limited(l1, 1.0)
     learnt = gate.host("a").interval
     assert learnt > 0
     clock.now += 10.0
     gate.sweep()
     assert "a" not in gate.hosts
-    policy.ok("a", 200)
+    l2 = lease(gate, "a")
     assert gate.host("a").interval == pytest.approx(learnt)
+    gate.release(l2)
+    policy.ok(l2, 200)
 
 
 # -- the scheduler queue ---------------------------------------------------------

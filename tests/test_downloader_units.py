@@ -419,7 +419,7 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
             ft.advance(0.5)
             for granted in leases:
                 g.release(granted)
-                throttle.ok("t.test", 200, gap=3.0, granted_at=ft.now - 0.1)
+                throttle.ok(granted, 200)
         lease = SimpleNamespace(host="t.test", endpoint=ep, gap=gap, slack=0.0, granted_at=ft.now, session=None)
         if kind == "429":
             blame.rate_limited(lease, 429, 5.0, proxy_side=False)  # type: ignore[arg-type]

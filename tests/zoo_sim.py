@@ -139,18 +139,16 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         if not verdict.refused:
             result.ok += 1
             result.latencies.append(ft.now - lease.granted_at)
-            policy.ok(HOST, 200, gap=lease.gap, granted_at=lease.granted_at, rate_held=lease.rate_held,
-                      endpoint=ip, headers=headers)
+            policy.ok(lease, 200, headers)
         elif verdict.status == 429 or stated is not None:
             rate = (refusal_of(limiter, verdict) or ("",))[0] == RATE_LIMIT
             result.rate_limited += rate
             result.overloaded += not rate
             delay = min(stated if stated is not None else cfg.cooldown[0], cfg.retry_after_max)
-            policy.rate_limited(HOST, lease.endpoint, delay, verdict.status, gap=lease.gap, slack=lease.slack,
-                                granted_at=lease.granted_at, retry_after=stated, headers=headers)
+            policy.rate_limited(lease, delay, verdict.status, stated, headers)
         else:
             result.overloaded += 1
-            policy.overloaded(HOST, lease.endpoint, verdict.status, granted_at=lease.granted_at)
+            policy.overloaded(lease, verdict.status)
         go()
 
     for _ in range(3 * ips):

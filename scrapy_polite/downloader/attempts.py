@@ -139,13 +139,12 @@ class Attempts:
         if verdict.kind == TARGET_ERROR and status >= 500:
             # The site is overloaded, not limiting: never a clean answer; the page goes again later.
             if throttle is not None:
-                throttle.overloaded(lease.host, lease.endpoint, status, granted_at=lease.granted_at)
+                throttle.overloaded(lease, status)
             if status in OVERLOAD_CODES:
                 return self.recorder.requeue(request, "overload", lease, response=response,
                                              delay=self.cooldown(None))
         elif throttle is not None:
-            throttle.ok(lease.host, status, gap=lease.gap, granted_at=lease.granted_at,
-                        rate_held=lease.rate_held, endpoint=lease.endpoint.key, headers=headers)
+            throttle.ok(lease, status, headers)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

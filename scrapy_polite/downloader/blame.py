@@ -64,10 +64,7 @@ class Blame:
         if proxy_side:
             self.gate.cool_endpoint(ep.key, None, delay)
         elif self.runtime.throttle is not None:
-            self.runtime.throttle.rate_limited(
-                lease.host, ep, delay, status or 429, gap=lease.gap, slack=lease.slack, granted_at=lease.granted_at,
-                retry_after=retry_after, headers=headers,
-            )
+            self.runtime.throttle.rate_limited(lease, delay, status or 429, retry_after, headers)
         else:
             self.gate.cool_endpoint(ep.key, lease.host, max(delay, retry_after or 0.0))
 
@@ -89,7 +86,7 @@ class Blame:
         if throttle is not None and math.isfinite(lease.gap):
             # The IP had been crawling the host and the site escalated: the pace is to blame, not
             # one IP's spacing as a 429 may be. The host rate halves and concurrency is cut.
-            throttle.on_challenge(lease.host, ep, delay, granted_at=lease.granted_at)
+            throttle.on_challenge(lease, delay)
         else:
             # Its first request to the host: the site had flagged that IP before (the bench answers
             # for it); the pace hears of it as of a 429.

@@ -22,12 +22,9 @@ class Params:
     margin: float = 0.1
     #: CUBIC's scale (botocore's 0.4): how fast the rate grows back, in req/s per s^3.
     cubic_c: float = 0.4
-    #: A failed probe may cost at most this share of the pool's time: a probe that idles an IP for
-    #: its Retry-After is made at most every ``retry_after / (ips * probe_budget)`` seconds.
-    probe_budget: float = 0.03
-    #: A failed probe costs about one refusal: probes come no more often than one per
-    #: ``1 / refusal_budget`` requests.
-    refusal_budget: float = 0.015
+    #: A failed probe costs the pool the time its Retry-After idles an IP (the host, for a window)
+    #: and about one refusal: probes come no more often than keeps both under this share.
+    probe_budget: float = 0.02
     #: Before the first signal (adaptive mode) the rate grows by this factor per round of one
     #: answer per IP (TCP's slow start doubles per round trip).
     slow_start: float = 1.5

@@ -18,19 +18,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.pool.host_memory import HostMemory
 from scrapy_polite.throttle import quota as quota_headers
-from scrapy_polite.throttle.controller import (
-    CHALLENGE,
-    OK,
-    OVERLOAD,
-    RATE,
-    Bounds,
-    HostController,
-    Sample,
-)
+from scrapy_polite.throttle.controller import HostController
 from scrapy_polite.throttle.params import DEFAULT, Params
+from scrapy_polite.throttle.values import CHALLENGE, OK, OVERLOAD, RATE, Bounds, Sample
 
 if TYPE_CHECKING:
     from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.state import Lease
     from scrapy_polite.pool.endpoints import Endpoint
     from scrapy_polite.settings.config import PoliteConfig
 
@@ -74,53 +68,43 @@ class ThrottlePolicy:
     # -- answers ---------------------------------------------------------------
 
     def rate_limited(
-        self, host: str, endpoint: Endpoint, delay: float, status: int = 429, *, gap: float = math.inf,
-        slack: float = math.inf, granted_at: float | None = None, retry_after: float | None = None,
-        headers: Any = None,
+        self, lease: Lease, delay: float, status: int = 429, retry_after: float | None = None, headers: Any = None,
     ) -> None:
-        """A rate signal from *host* via *endpoint*. *delay* is the request's wait before it goes
+        """A rate signal to the request *lease* let go. *delay* is the request's wait before it goes
         again; *retry_after* what the site stated (the IP waits all of it, however long)."""
-        now = self.clock()
+        now, host, endpoint = self.clock(), lease.host, lease.endpoint
         self._cool(host, endpoint, delay, retry_after)
-        sample = Sample(RATE, endpoint.key, self._sent(granted_at, now), now, retry_after=retry_after,
+        sample = Sample(RATE, endpoint.key, lease.granted_at, now, retry_after=retry_after,
                         quota=self._quota(headers))
-        evidence = {"status": status, "signal": "rate", "endpoint": endpoint.label, "gap": _finite(gap),
+        evidence = {"status": status, "signal": "rate", "endpoint": endpoint.label, "gap": _finite(lease.gap),
                     "retry_after": round(retry_after if retry_after is not None else delay, 3)}
         self._observe(host, sample, f"{status} via {endpoint.label}", evidence)
 
-    def overloaded(self, host: str, endpoint: Endpoint, status: int | str, *, granted_at: float | None = None) -> None:
+    def overloaded(self, lease: Lease, status: int | str) -> None:
         """An overload answer (a 5xx that is no rate signal): never a clean answer, a cut once
         several IPs see them."""
-        now = self.clock()
-        sample = Sample(OVERLOAD, endpoint.key, self._sent(granted_at, now), now)
-        self._observe(host, sample, f"{status} via {endpoint.label}",
-                      {"status": status, "signal": "overload", "endpoint": endpoint.label})
+        sample = Sample(OVERLOAD, lease.endpoint.key, lease.granted_at, self.clock())
+        self._observe(lease.host, sample, f"{status} via {lease.endpoint.label}",
+                      {"status": status, "signal": "overload", "endpoint": lease.endpoint.label})
 
-    def on_challenge(self, host: str, endpoint: Endpoint, delay: float, *, granted_at: float | None = None) -> None:
+    def on_challenge(self, lease: Lease, delay: float) -> None:
         """A challenge page: a cut twice as deep as a rate signal's (the IP is benched by the caller)."""
-        now = self.clock()
-        self.gate.cool_endpoint(endpoint.key, host, delay)
-        sample = Sample(CHALLENGE, endpoint.key, self._sent(granted_at, now), now)
-        self._observe(host, sample, f"challenge via {endpoint.label}",
+        endpoint = lease.endpoint
+        self.gate.cool_endpoint(endpoint.key, lease.host, delay)
+        sample = Sample(CHALLENGE, endpoint.key, lease.granted_at, self.clock())
+        self._observe(lease.host, sample, f"challenge via {endpoint.label}",
                       {"status": "challenge", "signal": "challenge", "retry_after": round(delay, 3),
                        "endpoint": endpoint.label})
 
-    def ok(
-        self, host: str, status: int, *, gap: float = math.inf, granted_at: float | None = None,
-        rate_held: bool = True, endpoint: str | None = None, headers: Any = None,
-    ) -> None:
-        """A clean answer (via the endpoint keyed *endpoint*; *rate_held*: the host rate held it)."""
-        now = self.clock()
-        if endpoint is not None:
-            self._streaks.pop((endpoint, host), None)
-        sent = self._sent(granted_at, now)
-        h = self.gate.host(host)
-        busy = rate_held or bool(h.waiters)
-        latency = now - granted_at if granted_at is not None else None
+    def ok(self, lease: Lease, status: int, headers: Any = None) -> None:
+        """A clean answer to the request *lease* let go."""
+        now, host, endpoint = self.clock(), lease.host, lease.endpoint.key
+        self._streaks.pop((endpoint, host), None)
+        busy = lease.rate_held or bool(self.gate.host(host).waiters)
         quota = self._quota(headers)
-        sample = Sample(OK, endpoint or "", sent, now, latency=latency, quota=quota, busy=busy)
-        self._observe(host, sample, "", {"status": status, "gap": _finite(gap)})
-        if quota is not None and quota.exhausted() and endpoint is not None and quota.reset:
+        sample = Sample(OK, endpoint, lease.granted_at, now, latency=now - lease.granted_at, quota=quota, busy=busy)
+        self._observe(host, sample, "", {"status": status, "gap": _finite(lease.gap)})
+        if quota is not None and quota.exhausted() and quota.reset:
             # Spent: this IP waits for the reset (the controller pauses the host when the quota is the host's).
             self.gate.cool_endpoint(endpoint, host, quota.reset)
 
@@ -218,9 +202,6 @@ class ThrottlePolicy:
         streak = self._streaks.get((endpoint.key, host), 0)
         self._streaks[(endpoint.key, host)] = streak + 1
         self.gate.cool_endpoint(endpoint.key, host, doubling(delay, streak, max(delay, self.config.retry_after_max)))
-
-    def _sent(self, granted_at: float | None, now: float) -> float:
-        return now if granted_at is None else granted_at
 
     def _quota(self, headers: Any) -> quota_headers.Quota | None:
         if headers is None:

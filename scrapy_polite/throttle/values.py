@@ -1,0 +1,68 @@
+"""The values that cross the throttle's edges: what the user configured for a host, one answer,
+and the limits the gate applies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scrapy_polite.throttle.quota import Quota
+
+OK, RATE, OVERLOAD, CHALLENGE = "ok", "rate", "overload", "challenge"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the user configured for a host, and the pool it is crawled through."""
+
+    ips: int
+    band: tuple[float, float]
+    adaptive: bool
+    floor: float
+    concurrency: int
+    concurrency_max: int
+
+    def band_rate(self) -> float:
+        """Requests per second the pool sends at the configured band."""
+        mean = sum(self.band) / 2
+        return self.ips / mean if mean > 0 else math.inf
+
+    def max_rate(self) -> float:
+        """The fastest rate allowed: the pool at the spacing floor (adaptive) or at the band."""
+        if not self.adaptive:
+            return self.band_rate()
+        return self.ips / self.floor if self.floor > 0 else math.inf
+
+    def min_rate(self) -> float:
+        """The slowest: one request per four of the band's longest spacings, host-wide."""
+        return 1 / (4 * max(self.band[1], 1.0))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One answer from the host, as the controller needs it."""
+
+    kind: str
+    endpoint: str
+    sent_at: float
+    now: float
+    latency: float | None = None
+    #: The Retry-After the site stated, in seconds (``None``: none).
+    retry_after: float | None = None
+    quota: Quota | None = None
+    #: The request waited for the host's rate (or others waited behind it): the rate is in use.
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The host's limits, applied by the gate in one call."""
+
+    rate: float | None
+    spacing: tuple[float, float]
+    concurrency: int
+    paused_until: float = 0.0
+
+    @property
+    def interval(self) -> float:
+        return 1 / self.rate if self.rate else 0.0
