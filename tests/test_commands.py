@@ -141,9 +141,9 @@ def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: P
     requires = {re.split(r"[<>=;\s]", r, maxsplit=1)[0].lower() for r in fields["Requires-Dist"]
                 if "extra ==" not in r}
     # What the package imports at run time, beyond the standard library.
-    assert requires == {"scrapy", "hdrhistogram", "twisted", "protego", "cryptography"}
+    assert requires == {"scrapy", "hdrhistogram", "twisted", "protego"}  # the lab's cryptography is an extra
     # Extras are features for users; the test, lint and bench tools are dependency groups.
-    assert set(fields["Provides-Extra"]) == {"prometheus", "connect-headers", "redis", "splash", "playwright"}
+    assert set(fields["Provides-Extra"]) == {"sandbox", "prometheus", "connect-headers", "redis", "splash", "playwright"}
 
 
 @pytest.mark.parametrize(("command", "expected"), [

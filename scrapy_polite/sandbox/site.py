@@ -448,6 +448,12 @@ def make_self_signed(address: str) -> tuple[bytes, bytes]:
     import datetime
     import ipaddress
 
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise RuntimeError(
+            "the sandbox's HTTPS sites need the cryptography package: pip install 'scrapy-polite[sandbox]'"
+        ) from None
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
