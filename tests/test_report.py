@@ -279,8 +279,9 @@ async def test_two_real_runs_compared_side_by_side(sandbox, tmp_path: Path) -> N
         assert (int(a_429), int(b_429)) == (runs["tight"]["429"], runs["spaced"]["429"])
         assert diff.startswith(f"{-runs['tight']['429']:+d}")
         a_ok, b_ok, _ = metrics[(host, "success rate")]
+        # Shown with one decimal.
         assert float(a_ok.rstrip("%")) == pytest.approx(100 * runs["tight"]["ok"] / runs["tight"]["attempts"],
-                                                        abs=0.01)
+                                                        abs=0.051)
         assert b_ok == "100%"
     for metric in ("pages/min", "latency P50", "latency P95"):
         assert all(v != "-" for v in metrics[("overall", metric)]), metric

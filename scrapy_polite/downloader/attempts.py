@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: A site's answers that say it is overloaded (bad gateway, unavailable, gateway timeout, and the
-#: 529 some services use): the package re-queues them after a cooldown, within the rate budget,
-#: where Scrapy's RetryMiddleware would retry them at once and then drop the page.
+#: 529 some services use): the package re-queues them after a cooldown, as many times as Scrapy's
+#: RETRY_TIMES (counted as its tries), where RetryMiddleware would retry them at once.
 OVERLOAD_CODES = frozenset({502, 503, 504, 529})
 
 
@@ -141,8 +141,11 @@ class Attempts:
             if throttle is not None:
                 throttle.overloaded(lease, status)
             if status in OVERLOAD_CODES:
-                return self.recorder.requeue(request, "overload", lease, response=response,
-                                             delay=self.cooldown(None))
+                again = self.recorder.requeue(request, "overload", lease, response=response,
+                                              delay=self.cooldown(None))
+                if again is not response:  # a try of Scrapy's own budget, taken after a cooldown
+                    again.meta["retry_times"] = request.meta.get("retry_times", 0) + 1
+                return again
         elif throttle is not None:
             throttle.ok(lease, status, headers)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)

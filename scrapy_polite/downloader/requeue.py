@@ -34,8 +34,8 @@ class Budgets:
     ban: int
     timeout: int
     challenge: int = 3
-    #: An overloaded site's 502/503/504 (its own budget, as large as the rate signals').
-    overload: int = 10
+    #: An overloaded site's 502/503/504: Scrapy's ``RETRY_TIMES``, spaced by a cooldown.
+    overload: int = 2
 
     @classmethod
     def from_config(cls, config: PoliteConfig) -> Budgets:
@@ -45,7 +45,7 @@ class Budgets:
             ban=min(2, config.proxy_retry_times),
             timeout=config.timeout_retry_times,
             challenge=config.challenge_retry_times,
-            overload=config.rate_retry_times,
+            overload=config.retry_times,
         )
 
     def of(self, kind: str) -> int:

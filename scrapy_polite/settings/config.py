@@ -202,6 +202,8 @@ class PoliteConfig:
     state_poll: float = 0.05
     state_outage_timeout: float = 300.0
     timeout_retry_times: int = 2
+    #: Scrapy's ``RETRY_TIMES``: a site's overload answers get as many tries as Scrapy gives them.
+    retry_times: int = 2
     stall_timeout: float = 30.0
     report_html: str | None = None
     playwright_max_contexts: int = PLAYWRIGHT_CONTEXTS_DEFAULT
@@ -292,6 +294,7 @@ class PoliteConfig:
             state_poll=r.float("POLITE_STATE_POLL", minimum=0.005, maximum=5.0),
             state_outage_timeout=r.float("POLITE_STATE_OUTAGE_TIMEOUT", minimum=0.0),
             timeout_retry_times=r.int("POLITE_TIMEOUT_RETRY_TIMES", minimum=0),
+            retry_times=max(0, settings.getint("RETRY_TIMES", 2)),
             stall_timeout=r.float("POLITE_STALL_TIMEOUT", minimum=0.0),
             report_html=checks.output_path("POLITE_REPORT_HTML", r.report_html()),
             playwright_max_contexts=r.playwright_max_contexts(),

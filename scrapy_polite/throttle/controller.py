@@ -233,7 +233,7 @@ class HostController:
         if self.rate is not None and self.rate < 0.999 * self.peak and self.level.answers < self.params.min_answers:
             return None  # a cut under the accepted rate needs a level's worth of evidence
         cost = (ra or 0.0) / max(1, self.bounds.ips)
-        return self._cut(s, f"rate signal via {s.endpoint}", 1, cost)
+        return self._cut(s, "rate signal", 1, cost)
 
     def _overloaded(self, s: Sample) -> str | None:
         p = self.params

@@ -40,7 +40,8 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Sample:
-    """One answer from the host, as the controller needs it."""
+    """One answer from the host, as the controller needs it. ``endpoint`` is the endpoint's key,
+    which may hold a proxy's credentials: it is compared, never logged."""
 
     kind: str
     endpoint: str
