@@ -282,6 +282,8 @@ class HostController:
     def _in_use(self, now: float, rate: float) -> bool:
         """Whether the pool sends close to *rate*: growing a rate nobody uses proves nothing
         (TCP's congestion-window validation)."""
+        if self.bounds.shared:
+            return True  # a part of the traffic says nothing of the whole: the gate's waiting does
         sent = self._sent_rate(now, rate)
         return sent is not None and sent >= 0.8 * rate
 
@@ -292,6 +294,8 @@ class HostController:
         if counted is None:
             return None, False
         sent, clean, span = counted
+        if self.bounds.shared:  # this process's share of refusals, of the rate in force
+            return in_force * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
 
     def _sent_rate(self, now: float, in_force: float) -> float | None:

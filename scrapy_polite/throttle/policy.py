@@ -181,7 +181,7 @@ class ThrottlePolicy:
         ips = max(1, len(self.gate.endpoints) * self.gate.endpoint_concurrency)
         floor = min(cfg.delay_floor, limits.delay[0]) if cfg.adaptive else limits.delay[0]
         high = max(limits.concurrency, min(limits.concurrency_max, ips))
-        return Bounds(ips, limits.delay, cfg.adaptive, floor, limits.concurrency, high)
+        return Bounds(ips, limits.delay, cfg.adaptive, floor, limits.concurrency, high, self.gate.shared)
 
     def _follow_fleet(self, host: str, c: HostController, now: float) -> None:
         """A host rate another process sharing the gate wrote: this controller continues from it."""
@@ -220,6 +220,11 @@ class ThrottlePolicy:
         self._applied.pop(host, None)
         if c is not None and (c.peak > 0 or c.rate is not None):
             self.memory.remember(host, (c.rate, c.peak), self.clock())
+
+    def limit_met(self, host: str) -> float | None:
+        """The rate at which *host* last refused the pool (req/s), or ``None`` if it never did."""
+        c = self._hosts.get(host)
+        return c.peak if c is not None and c.peak > 0 else None
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)

@@ -21,6 +21,9 @@ class Bounds:
     floor: float
     concurrency: int
     concurrency_max: int
+    #: Other processes share the host (``POLITE_STATE``): this one sees only its part of the
+    #: traffic, so it trusts ratios of its answers, not the rates it measures.
+    shared: bool = False
 
     def band_rate(self) -> float:
         """Requests per second the pool sends at the configured band."""

@@ -201,5 +201,6 @@ class TrialGuard:
             state = self.runtime.gate.host(host)
         except Exception:  # a shared gate that cannot answer now: no state to report
             return None
+        throttle = self.runtime.throttle
         return {"host": host, "delay": list(state.delay), "concurrency": state.limit,
-                "interval": state.interval}
+                "interval": state.interval, "limit_met": throttle.limit_met(host) if throttle else None}

@@ -90,10 +90,15 @@ class TrialResult:
     #: throttle ended with (0: none; it sets one when the host limits its total rate).
     throttled_host: str | None = None
     throttled_interval: float = 0.0
+    #: The rate at which the host last refused the pool (req/s; ``None``: it never did).
+    throttled_limit: float | None = None
 
     @property
     def host_rate_limit(self) -> float | None:
-        """Requests/s the throttle held the host to, when it found a host-wide limit."""
+        """Requests/s the throttle found the host limits the pool to: where it last refused it, else
+        the host rate it ended with."""
+        if self.throttled_limit:
+            return self.throttled_limit
         return 1.0 / self.throttled_interval if self.throttled_interval > 0 else None
 
     @property
@@ -135,6 +140,7 @@ class TrialResult:
             throttled_delay=(float(throttled[0]), float(throttled[1])) if throttled else None,
             throttled_host=throttle.get("host"),
             throttled_interval=float(throttle.get("interval") or 0.0),
+            throttled_limit=float(throttle["limit_met"]) if throttle.get("limit_met") else None,
         )
 
 
