@@ -33,8 +33,12 @@ def test_no_limiter_kind_sees_a_request_inside_its_retry_after_or_two_at_once_pe
 
 @pytest.mark.parametrize("name", ["bucket-ip", "bucket-ip-burst", "sliding-log", "nginx-limit-req", "no-retry-after"])
 def test_adaptive_mode_gets_more_pages_than_the_defaults_where_the_band_is_slower_than_the_site(name: str) -> None:
-    defaults, adaptive = crawl(ZOO[name], 90.0, adaptive=False), crawl(ZOO[name], 90.0, adaptive=True)
-    assert adaptive.ok > 1.05 * defaults.ok, (defaults.efficiency, adaptive.efficiency)
+    # The median of three crawls (the gate's jitter drawn from three seeds), as the benchmark judges.
+    def pages(adaptive: bool) -> float:
+        return statistics.median(crawl(ZOO[name], 90.0, adaptive=adaptive, seed=seed).ok for seed in (1, 2, 3))
+
+    defaults, adaptive = pages(False), pages(True)
+    assert adaptive > 1.05 * defaults, (defaults, adaptive)
 
 
 def test_a_concurrency_cap_answering_503_slows_the_pool_instead_of_speeding_it_up() -> None:

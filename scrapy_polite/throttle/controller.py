@@ -136,7 +136,8 @@ class HostController:
         """Another process sharing the host set *rate*: continue from it."""
         if rate is not None and self.rate is not None and rate < self.rate * 0.99:
             self.peak, self.rate, self.floor_rate, self.grown, self.cut_at = self.rate, rate, rate, 0.0, now
-            self.k, self.hold = self._k(self.peak, rate), 0.0
+            self.k = self._k(self.peak, rate)
+            self.hold = self._hold(self.peak, 0.0)  # probes as rare as after a cut of its own
             self.starting = False
         elif rate != self.rate:
             self.rate = rate
@@ -309,7 +310,9 @@ class HostController:
         p = self.params
         if len(self.sent) < p.min_answers:
             return None  # too few answers to say
-        since = max(self.born, min(now - p.lookback, self.sent[-p.min_answers][0]))
+        since = min(now - p.lookback, self.sent[-p.min_answers][0])
+        if since < self.born:
+            return None  # the host's first seconds: a start-up burst says nothing of a rate
         sent = clean = 0
         for at, ok in reversed(self.sent):
             if at < since:

@@ -34,8 +34,8 @@ class Quota:
     def pace(self) -> float | None:
         """Requests per second that spend the allowance evenly: what is left over the time left,
         else the policy's own rate; ``None`` when the answer says neither."""
-        if self.remaining is not None and self.reset is not None and self.reset > 0:
-            return self.remaining / self.reset
+        if self.remaining is not None and self.remaining >= 1 and self.reset is not None and self.reset > 0:
+            return self.remaining / self.reset  # (spent: the wait is the reset's, the pace the policy's)
         if self.limit is not None and self.window:
             return self.limit / self.window
         return None
