@@ -22,31 +22,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
 
+from scrapy_polite.throttle.history import Level, RateHistory
 from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.quota import Scope
 from scrapy_polite.throttle.values import CHALLENGE, OK, OVERLOAD, Bounds, Limits, Sample
-
-
-@dataclass
-class _Level:
-    """Answers since the last cut, and what the cut was made from."""
-
-    answers: int = 0
-    refused: int = 0
-    #: The share of refusals before a cut made from the rate the site answered cleanly (``None``:
-    #: the cut was not), and that rate: under it a rate limit refuses nothing, and above it a rate
-    #: limit still answers about that rate cleanly.
-    share_before: float | None = None
-    #: Levels in a row, before this one, whose refusals held their share through a cut.
-    flat_before: int = 0
-
-    def flat(self, ratio: float) -> bool:
-        """This level's refusals held their share through the cut made from the clean rate."""
-        share, before = self.share(), self.share_before
-        return before is not None and before > 0 and share is not None and share >= ratio * before
-
-    def share(self) -> float | None:
-        return self.refused / self.answers if self.answers >= 8 else None
 
 
 @dataclass
@@ -79,14 +58,15 @@ class HostController:
     quota_scope: Scope = field(default_factory=Scope)
     quota_until: float = 0.0
     reset_at: float | None = None
-    level: _Level = field(default_factory=_Level)
+    level: Level = field(default_factory=Level)
     #: (answered at, answered cleanly) of recent answers, oldest first.
     sent: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=4096))
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
+    first_cut: float | None = None
     #: (since, rate) of the recent rates in force, oldest first.
-    history: deque[tuple[float, float | None]] = field(default_factory=lambda: deque(maxlen=256))
+    history: RateHistory = field(default_factory=RateHistory)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
     baseline: float = math.inf
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
@@ -105,18 +85,17 @@ class HostController:
     def observe(self, s: Sample) -> str | None:
         """Take one answer; return why the limits moved (``None``: they did not)."""
         why = self._observe(s)
-        if not self.history or self.history[-1][1] != self.rate:
-            self.history.append((s.now, self.rate))
+        self.history.record(s.now, self.rate)
         return why
 
-    def rate_at(self, at: float) -> float | None:
-        """The rate in force at *at* (a request's grant)."""
-        rate = self.history[0][1] if self.history else self.rate
-        for t, r in self.history:
-            if t > at:
-                break
-            rate = r
-        return rate
+    def held(self, now: float, margin: float) -> float | None:
+        """What the host takes, as the throttle found it (req/s; ``None`` before a cut): the mean rate
+        in force since the first cut, between where a cut from the rate that last failed leaves the
+        curve and that rate (a short crawl spends most of its time climbing back)."""
+        if self.first_cut is None:
+            return None
+        mean = self.history.mean(self.first_cut, now) or self.rate or 0.0
+        return min(max(mean, self.peak * (1 - margin) * self.params.beta), self.peak)
 
     def _observe(self, s: Sample) -> str | None:
         current = s.sent_at > self.cut_at  # sent at the rate since the last cut: this level's
@@ -248,20 +227,23 @@ class HostController:
 
     def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
         b, p = self.bounds, self.params
-        at_send = self.rate_at(s.sent_at)
+        at_send = self.history.at(s.sent_at, self.rate)
         in_force = at_send if at_send is not None else b.band_rate()
         accepted, from_clean = self._accepted(s.now, in_force)
         # It failed at the rate it was sent at, unless the site took much less (it refused more
-        # than a cut gives up) or the pool sent much less: then at what the site answered cleanly.
+        # than a cut gives up) or the pool sent much less: then nearer what it answered cleanly.
         peak = in_force
         measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
         if accepted is not None and measured:
-            peak = min(peak, accepted)
+            # The limit lies between what the site answered (a bound from below: irregular arrivals
+            # are refused under a limit they average) and the rate it refused: halfway, in ratio.
+            peak = min(peak, (accepted * in_force) ** 0.5)
         # A rate measured from what the site answered is already under its limit: the cut keeps
         # the margin under it, not a cut's worth on top.
         new = max(b.min_rate(), peak * ((1 - p.margin) if measured and depth == 1 else p.beta**depth))
         old = self.rate
         self.peak, self.rate, self.floor_rate = peak, new, new
+        self.first_cut = s.now if self.first_cut is None else self.first_cut
         # What the site answered cleanly (at most the peak): each IP is spaced for its share of it.
         self.answered = min(peak, accepted) if accepted is not None else new
         self.k = self._k(peak, new)
@@ -276,7 +258,7 @@ class HostController:
         flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
         if not flat:
             self.chain_from = in_force  # where cuts that may prove unfounded began
-        self.level = _Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
+        self.level = Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 

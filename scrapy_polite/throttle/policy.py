@@ -222,9 +222,10 @@ class ThrottlePolicy:
             self.memory.remember(host, (c.rate, c.peak), self.clock())
 
     def limit_met(self, host: str) -> float | None:
-        """The rate at which *host* last refused the pool (req/s), or ``None`` if it never did."""
+        """The rate *host* was held to since it first refused the pool (req/s, the mean of the rate
+        in force), or ``None`` if it never refused it."""
         c = self._hosts.get(host)
-        return c.peak if c is not None and c.peak > 0 else None
+        return None if c is None else c.held(self.clock(), self.params.margin)
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)

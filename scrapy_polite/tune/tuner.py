@@ -90,13 +90,13 @@ class TrialResult:
     #: throttle ended with (0: none; it sets one when the host limits its total rate).
     throttled_host: str | None = None
     throttled_interval: float = 0.0
-    #: The rate at which the host last refused the pool (req/s; ``None``: it never did).
+    #: The rate the throttle held the host to since it first refused the pool (req/s; ``None``: it never did).
     throttled_limit: float | None = None
 
     @property
     def host_rate_limit(self) -> float | None:
-        """Requests/s the throttle found the host limits the pool to: where it last refused it, else
-        the host rate it ended with."""
+        """Requests/s the throttle held the host to once it refused the pool, else the host rate it
+        ended with."""
         if self.throttled_limit:
             return self.throttled_limit
         return 1.0 / self.throttled_interval if self.throttled_interval > 0 else None
