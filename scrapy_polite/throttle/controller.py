@@ -65,6 +65,8 @@ class HostController:
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
     first_cut: float | None = None
+    #: The highest rate a host rate in force was refused at.
+    refused_at: float = 0.0
     #: (since, rate) of the recent rates in force, oldest first.
     history: RateHistory = field(default_factory=RateHistory)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
@@ -88,14 +90,13 @@ class HostController:
         self.history.record(s.now, self.rate)
         return why
 
-    def held(self, now: float, margin: float) -> float | None:
-        """What the host takes, as the throttle found it (req/s; ``None`` before a cut): the mean rate
-        in force since the first cut, between where a cut from the rate that last failed leaves the
-        curve and that rate (a short crawl spends most of its time climbing back)."""
+    def held(self) -> float | None:
+        """What the throttle found the host takes (req/s; ``None`` before a cut): a margin under the
+        highest rate a host rate in force was refused at (the first cut, from no host rate, only
+        bounds it), or the rate in force if higher."""
         if self.first_cut is None:
             return None
-        mean = self.history.mean(self.first_cut, now) or self.rate or 0.0
-        return min(max(mean, self.peak * (1 - margin) * self.params.beta), self.peak)
+        return max(self.rate or 0.0, self.refused_at * (1 - self.params.margin))
 
     def _observe(self, s: Sample) -> str | None:
         current = s.sent_at > self.cut_at  # sent at the rate since the last cut: this level's
@@ -236,14 +237,17 @@ class HostController:
         measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
         if accepted is not None and measured:
             # The limit lies between what the site answered (a bound from below: irregular arrivals
-            # are refused under a limit they average) and the rate it refused: halfway, in ratio.
-            peak = min(peak, (accepted * in_force) ** 0.5)
+            # are refused under a limit they average) and the rate it refused: halfway, in ratio,
+            # and no more than a cut's worth above the first when the second is far.
+            peak = min(peak, (accepted * in_force) ** 0.5, accepted / p.beta)
         # A rate measured from what the site answered is already under its limit: the cut keeps
         # the margin under it, not a cut's worth on top.
         new = max(b.min_rate(), peak * ((1 - p.margin) if measured and depth == 1 else p.beta**depth))
         old = self.rate
         self.peak, self.rate, self.floor_rate = peak, new, new
         self.first_cut = s.now if self.first_cut is None else self.first_cut
+        if at_send is not None:
+            self.refused_at = max(self.refused_at, peak)
         # What the site answered cleanly (at most the peak): each IP is spaced for its share of it.
         self.answered = min(peak, accepted) if accepted is not None else new
         self.k = self._k(peak, new)

@@ -1,5 +1,5 @@
 """What a host's controller remembers of its recent past: the rates in force over time (which
-one a request went at, and their mean), and the answers since the last cut."""
+one a request went at), and the answers since the last cut."""
 
 from __future__ import annotations
 
@@ -27,16 +27,6 @@ class RateHistory:
                 break
             rate = r
         return rate
-
-    def mean(self, since: float, now: float) -> float | None:
-        """The time-weighted mean of the host rates in force between *since* and *now*."""
-        steps = [(t, r) for t, r in self._steps if r is not None]
-        total = weight = 0.0
-        for (t, r), (t_next, _) in zip(steps, [*steps[1:], (now, None)]):
-            span = min(t_next, now) - max(t, since)
-            if span > 0:
-                total, weight = total + r * span, weight + span
-        return total / weight if weight > 0 else None
 
 
 @dataclass

@@ -222,10 +222,9 @@ class ThrottlePolicy:
             self.memory.remember(host, (c.rate, c.peak), self.clock())
 
     def limit_met(self, host: str) -> float | None:
-        """The rate *host* was held to since it first refused the pool (req/s, the mean of the rate
-        in force), or ``None`` if it never refused it."""
+        """The rate the throttle holds *host* to (req/s), or ``None`` if it never refused the pool."""
         c = self._hosts.get(host)
-        return None if c is None else c.held(self.clock(), self.params.margin)
+        return None if c is None else c.held()
 
     def _snapshot(self, host: str) -> dict[str, Any]:
         h = self.gate.host(host)

@@ -90,12 +90,12 @@ class TrialResult:
     #: throttle ended with (0: none; it sets one when the host limits its total rate).
     throttled_host: str | None = None
     throttled_interval: float = 0.0
-    #: The rate the throttle held the host to since it first refused the pool (req/s; ``None``: it never did).
+    #: The rate the throttle holds the host to (req/s; ``None``: it never refused the pool).
     throttled_limit: float | None = None
 
     @property
     def host_rate_limit(self) -> float | None:
-        """Requests/s the throttle held the host to once it refused the pool, else the host rate it
+        """Requests/s the throttle holds the host to once it refused the pool, else the host rate it
         ended with."""
         if self.throttled_limit:
             return self.throttled_limit
