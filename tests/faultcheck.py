@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import scrapy
 from conftest import CrawlResult, crawl
+from example_project.spiders.catalogue import CatalogueSpider
 from logcheck import ITEM_RE, items_fetched, refetched
 
 from scrapy_polite import signals as polite_signals
@@ -119,3 +121,16 @@ def assert_no_secret(secret: str, *sources: str | Path) -> None:
         assert at < 0, f"credential found in {source if isinstance(source, Path) else 'text'}: " + repr(
             data[max(0, at - 200): at + 50]
         )
+
+
+class Catalogue(CatalogueSpider):
+    """The catalogue spider with an errback: a page given up is the spider's to note, not a traceback."""
+
+    def parse(self, response):
+        for request in super().parse(response):
+            if isinstance(request, scrapy.Request):
+                request = request.replace(errback=self.failed)
+            yield request
+
+    def failed(self, failure) -> None:
+        self.logger.info("gave up %s (%s)", failure.request.url, type(failure.value).__name__)

@@ -13,26 +13,11 @@ from datetime import datetime
 
 import pytest
 import pytest_twisted
-import scrapy
-from example_project.spiders.catalogue import CatalogueSpider
-from faultcheck import FAULT_AUTH, assert_clean, assert_pages_accounted, fault_crawl
+from faultcheck import FAULT_AUTH, Catalogue, assert_clean, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched, max_inflight_host
 
 from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
-
-
-class Catalogue(CatalogueSpider):
-    """The catalogue spider with an errback: a page given up is the spider's to note, not a traceback."""
-
-    def parse(self, response):
-        for request in super().parse(response):
-            if isinstance(request, scrapy.Request):
-                request = request.replace(errback=self.failed)
-            yield request
-
-    def failed(self, failure) -> None:
-        self.logger.info("gave up %s (%s)", failure.request.url, type(failure.value).__name__)
 
 
 def site(**kw) -> SiteConfig:

@@ -17,8 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import pytest_twisted
 import scrapy
-from example_project.spiders.catalogue import CatalogueSpider
-from faultcheck import FAULT_AUTH, assert_clean, assert_pages_accounted, fault_crawl
+from faultcheck import FAULT_AUTH, Catalogue, assert_clean, assert_pages_accounted, fault_crawl
 from logcheck import items_fetched, max_inflight_host
 
 from scrapy_polite import signals as polite_signals
@@ -58,19 +57,6 @@ class Pages(scrapy.Spider):
         yield {"url": response.url, "status": response.status}
 
     def failed(self, failure: Any) -> None:
-        self.logger.info("gave up %s (%s)", failure.request.url, type(failure.value).__name__)
-
-
-class Catalogue(CatalogueSpider):
-    """The catalogue spider with an errback: a page given up is the spider's to note, not a traceback."""
-
-    def parse(self, response):
-        for request in super().parse(response):
-            if isinstance(request, scrapy.Request):
-                request = request.replace(errback=self.failed)
-            yield request
-
-    def failed(self, failure) -> None:
         self.logger.info("gave up %s (%s)", failure.request.url, type(failure.value).__name__)
 
 
