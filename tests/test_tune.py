@@ -130,10 +130,13 @@ def test_tune_per_ip_limit_recommends_no_less_than_the_limit(sandbox: Any, tmp_p
     # There is no host-wide limit: if a trial's throttle suspected one, the finding says how unsure it is.
     claimed = re.search(r"^Host-wide limit: in trial .*$", run.out, re.M)
     assert claimed is None or "(uncertain:" in claimed.group(0), run.report()
-    # Never slower than the start (the user's settings), which was clean here.
-    start = re.search(r"^\s*1\s{2}start\s.*?([\d.]+)\s+[\d.]+%", run.out, re.M)
+    # Never slower than the start (the user's settings) when the start was acceptable (its first
+    # 429s, before the throttle met the limit, may put a 40-request trial just past 5%).
+    start = re.search(r"^\s*1\s{2}start\s.*?([\d.]+)\s+[\d.]+%\s+\S+\s+(.*)$", run.out, re.M)
     best = re.search(r"^Recommended settings.py lines \(trial \d+: ([\d.]+) successful", run.out, re.M)
-    assert start and best and float(best.group(1)) >= float(start.group(1)), run.report()
+    assert start and best, run.report()
+    if start.group(2).strip() == "ok":
+        assert float(best.group(1)) >= float(start.group(1)), run.report()
 
 
 @pytest.mark.slow
