@@ -478,10 +478,11 @@ def test_a_host_wide_limit_is_reported_with_how_sure_it_is() -> None:
     from scrapy_polite.tune.findings import host_limit_finding
 
     assert host_limit_finding([_ran(1, 40, 8.0), _ran(2, 40, 6.0)]) is None
-    # Two trials at different settings held the host to about the same rate: likely.
+    # Two trials at different settings held the host to about the same rate: the rate is likely,
+    # its scope (the host's, or the endpoints' own limits summed) is not.
     likely = host_limit_finding([_ran(1, 40, 14.0, 1 / 3.0, 2), _ran(2, 40, 14.5, 1 / 2.9, 3)])
     assert likely is not None and likely.startswith("Host-wide limit: in trial 1 the throttle held a.example to 3.00")
-    assert "(likely: 2 of 2 trials" in likely
+    assert "(uncertain: 2 of 2 trial(s) met it at 2.90-3.00" in likely and "fewer endpoints" in likely
     # One trial's few 429s: a suspicion, said to be one (a per-IP limit looks the same).
     one = host_limit_finding([_ran(1, 39, 6.6), _ran(2, 38, 8.0, 1 / 6.43, 1)])
     assert one is not None and "(uncertain: 1 of 2 trial(s) met it, from 1 429(s)" in one
