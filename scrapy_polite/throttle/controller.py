@@ -271,13 +271,13 @@ class HostController:
         (TCP's congestion-window validation)."""
         if self.bounds.shared:
             return True  # a part of the traffic says nothing of the whole: the gate's waiting does
-        sent = self._sent_rate(now, rate)
+        sent = self._sent_rate(now)
         return sent is not None and sent >= 0.8 * rate
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
         """The rate the site answered cleanly over the last lookback, and whether it refused more of
         what was sent than a cut gives up (a cut then falls under what the site accepted)."""
-        counted = self._counts(now, in_force)
+        counted = self._counts(now)
         if counted is None:
             return None, False
         sent, clean, span = counted
@@ -285,11 +285,11 @@ class HostController:
             return in_force * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
 
-    def _sent_rate(self, now: float, in_force: float) -> float | None:
-        counted = self._counts(now, in_force)
+    def _sent_rate(self, now: float) -> float | None:
+        counted = self._counts(now)
         return None if counted is None else counted[0] / counted[2]
 
-    def _counts(self, now: float, in_force: float) -> tuple[int, int, float] | None:
+    def _counts(self, now: float) -> tuple[int, int, float] | None:
         """Answers and clean answers over the last lookback, or over the last ``min_answers``
         answers when the lookback holds fewer, and its seconds. Counted when they come: a site that
         queues instead of refusing accepts what it answers, not what it was sent."""
