@@ -106,10 +106,11 @@ async def test_three_hosts_with_different_per_ip_limits_are_each_found_independe
     check_log(log, result, {n: (p, 2.0) for n, (_, p) in limits.items()}, max_429=0.12)
     t0 = min(e["t_start"] for e in log)
     for name in limits:
-        # The first round at POLITE_DELAY's rate costs a host slower than that at most one 429 per
-        # IP (8 of the slow host's ~40 requests); after it, few more.
+        # The first round at POLITE_DELAY's rate costs a host slower than that up to one 429 per
+        # IP (8 of the slow host's ~40 requests): past each IP's first, few more.
         site_log = [e for e in log if e["site"] == name]
-        assert statuses(site_log).get(429, 0) <= 0.25 * len(site_log), name
+        refused = [e["ip"] for e in site_log if e["status"] == 429]
+        assert len(refused) - len(set(refused)) <= 0.15 * len(site_log), (name, refused)
     # The fast host is not slowed to the slow one's spacing.
     fast, slow = per_ip_gaps(log, "fast", t0 + 2), per_ip_gaps(log, "slow", t0 + 2)
     assert fast and slow and median(fast) < 0.6 * median(slow)
