@@ -115,7 +115,7 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
     def send(lease: Any) -> None:
         ip = lease.endpoint.key
         now = ft.now
-        if now < deadlines.get(ip, -math.inf) - 1e-6:
+        if now < max(deadlines.get(ip, -math.inf), deadlines.get(HOST, -math.inf)) - 1e-6:
             result.inside_retry_after += 1
         in_flight[ip] = in_flight.get(ip, 0) + 1
         result.most_in_flight_per_ip = max(result.most_in_flight_per_ip, in_flight[ip])
@@ -129,9 +129,9 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         limiter.leave(ip, ft.now)
         headers = {k: v for k, v in verdict.headers}
         stated = parse_retry_after(headers.get("Retry-After"))
-        if stated is not None:
-            deadlines[ip] = ft.now + stated
-        gate.release(lease)
+        if stated is not None:  # a host-wide limit's Retry-After covers every IP, as the sandbox books it
+            scope = (refusal_of(limiter, verdict) or ("", "ip"))[1]
+            deadlines[HOST if scope == "host" else ip] = ft.now + stated
         if verdict.refused:
             again.append(page)
         if log is not None and verdict.refused:
@@ -149,6 +149,7 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         else:
             result.overloaded += 1
             policy.overloaded(lease, verdict.status)
+        gate.release(lease)  # judged first, as the middleware does: a pause is in force before the slot frees
         go()
 
     for _ in range(3 * ips):

@@ -200,6 +200,23 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
+        host_wide = ra is not None and self._host_wide(ra)
+        why = self._rate_signal(s, ra, host_wide)
+        if ra and host_wide and s.now + ra > self.paused_until:
+            self.paused_until = s.now + ra
+            why = "; ".join(filter(None, [why, f"Retry-After honoured by every IP: host paused {ra:.1f} s"]))
+        return why
+
+    def _host_wide(self, ra: float) -> bool:
+        """Whether every IP waits out a Retry-After. IPs loaded evenly draw the same refusals from a
+        per-IP limit as from a host-wide one, so which one spoke is unknown: a Retry-After of a few
+        of each IP's spacings is the host's (the others would be refused as soon, and waiting costs
+        each a few turns), a longer one the refused IP's alone. Not when 429s do not depend on the
+        rate (they are about the URL)."""
+        spacing = self.bounds.ips / (self.rate or self.bounds.band_rate())
+        return not self.independent and ra <= self.params.scope_spacings * spacing
+
+    def _rate_signal(self, s: Sample, ra: float | None, host_wide: bool) -> str | None:
         if s.sent_at <= self.cut_at:
             return None  # sent before the last cut: already answered for
         if self.independent:
@@ -213,7 +230,7 @@ class HostController:
                     "no more cuts")
         if self.rate is not None and self.rate < 0.999 * self.peak and self.level.answers < self.params.min_answers:
             return None  # a cut under the accepted rate needs a level's worth of evidence
-        cost = (ra or 0.0) / max(1, self.bounds.ips)
+        cost = s.idle / (1 if host_wide else max(1, self.bounds.ips))
         return self._cut(s, "rate signal", 1, cost)
 
     def _overloaded(self, s: Sample) -> str | None:

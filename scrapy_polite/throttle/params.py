@@ -48,6 +48,10 @@ class Params:
     #: Two cuts in a row below the rate the site answered cleanly, each followed by 429s at this
     #: share of the ones before it or more: the 429s do not depend on the rate, cutting stops.
     independent_share: float = 0.7
+    #: A Retry-After no longer than this many of each IP's spacings is waited out by every IP: with
+    #: IPs loaded evenly a per-IP limit refuses the others as soon, a host-wide one refuses them
+    #: anyway; a longer one costs the others more turns than it saves and binds the refused IP alone.
+    scope_spacings: float = 3.0
     #: Concurrency is rate x latency (Little's law) times this headroom, plus one.
     headroom: float = 1.5
 

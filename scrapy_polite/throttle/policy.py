@@ -73,9 +73,9 @@ class ThrottlePolicy:
         """A rate signal to the request *lease* let go. *delay* is the request's wait before it goes
         again; *retry_after* what the site stated (the IP waits all of it, however long)."""
         now, host, endpoint = self.clock(), lease.host, lease.endpoint
-        self._cool(host, endpoint, delay, retry_after)
+        idle = self._cool(host, endpoint, delay, retry_after)
         sample = Sample(RATE, endpoint.key, lease.granted_at, now, retry_after=retry_after,
-                        quota=self._quota(headers))
+                        quota=self._quota(headers), idle=idle)
         evidence = {"status": status, "signal": "rate", "endpoint": endpoint.label, "gap": _finite(lease.gap),
                     "retry_after": round(retry_after if retry_after is not None else delay, 3)}
         self._observe(host, sample, f"{status} via {endpoint.label}", evidence)
@@ -193,15 +193,18 @@ class ThrottlePolicy:
             c.adopt(shared, now)
             self._applied[host] = shared
 
-    def _cool(self, host: str, endpoint: Endpoint, delay: float, retry_after: float | None) -> None:
-        """The IP waits what the site stated, whole; without a statement its own backoff doubles."""
+    def _cool(self, host: str, endpoint: Endpoint, delay: float, retry_after: float | None) -> float:
+        """The IP waits what the site stated, whole; without a statement its own backoff doubles.
+        Returns the seconds it waits."""
         if retry_after is not None:
             self._streaks.pop((endpoint.key, host), None)
-            self.gate.cool_endpoint(endpoint.key, host, max(delay, retry_after))
-            return
-        streak = self._streaks.get((endpoint.key, host), 0)
-        self._streaks[(endpoint.key, host)] = streak + 1
-        self.gate.cool_endpoint(endpoint.key, host, doubling(delay, streak, max(delay, self.config.retry_after_max)))
+            seconds = max(delay, retry_after)
+        else:
+            streak = self._streaks.get((endpoint.key, host), 0)
+            self._streaks[(endpoint.key, host)] = streak + 1
+            seconds = doubling(delay, streak, max(delay, self.config.retry_after_max))
+        self.gate.cool_endpoint(endpoint.key, host, seconds)
+        return seconds
 
     def _quota(self, headers: Any) -> quota_headers.Quota | None:
         if headers is None:

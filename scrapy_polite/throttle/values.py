@@ -53,6 +53,8 @@ class Sample:
     latency: float | None = None
     #: The Retry-After the site stated, in seconds (``None``: none).
     retry_after: float | None = None
+    #: Seconds a refusal idles its IP (the Retry-After, or the IP's own backoff without one).
+    idle: float = 0.0
     quota: Quota | None = None
     #: The request waited for the host's rate (or others waited behind it): the rate is in use.
     busy: bool = False
