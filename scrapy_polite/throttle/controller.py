@@ -188,12 +188,17 @@ class HostController:
         p = self.params
         return max((peak * (1 - p.beta) / p.cubic_c) ** (1 / 3), p.min_answers / max(new, 1e-6))
 
-    def _hold(self, peak: float, cost: float) -> float:
+    def _hold(self, peak: float, cost: float, refusals: int = 1) -> float:
         """Seconds under the peak before probing past it: a failed probe then costs at most the
         budgets, of the pool's time (the Retry-After it idles an IP, or the host, for) and of the
-        requests (about one refusal each)."""
+        requests (the refusals it drew: one, and those the pool had sent before the cut)."""
         p = self.params
-        return max(0.0, cost / p.probe_budget, 1 / (p.probe_budget * max(peak, 1e-6)) - self.k)
+        return max(0.0, cost / p.probe_budget, refusals / (p.probe_budget * max(peak, 1e-6)) - self.k)
+
+    def _charge(self) -> None:
+        """A refusal to a request sent before the last cut: the probe that failed cost one more."""
+        self.level.late += 1
+        self.hold = max(self.hold, self._hold(self.peak, 0.0, 1 + self.level.late))
 
     def _refused(self, s: Sample) -> str | None:
         ra = s.retry_after
@@ -203,7 +208,7 @@ class HostController:
         host_wide = ra is not None and self._host_wide(ra)
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
-            self.paused_until = s.now + ra
+            self._pause(s.now, s.now + ra)
             why = "; ".join(filter(None, [why, f"Retry-After honoured by every IP: host paused {ra:.1f} s"]))
         return why
 
@@ -218,6 +223,7 @@ class HostController:
 
     def _rate_signal(self, s: Sample, ra: float | None, host_wide: bool) -> str | None:
         if s.sent_at <= self.cut_at:
+            self._charge()
             return None  # sent before the last cut: already answered for
         if self.independent:
             return None
@@ -239,7 +245,10 @@ class HostController:
         while self.overloads and self.overloads[0][0] < s.now - p.overload_window:
             self.overloads.popleft()
         ips = {ep for _, ep in self.overloads}
-        if len(ips) < p.overload_ips or s.sent_at <= self.cut_at:
+        if s.sent_at <= self.cut_at:
+            self._charge()
+            return None
+        if len(ips) < p.overload_ips:
             return None
         return self._cut(s, f"overload answers from {len(ips)} IPs", 1, 0.0)
 
@@ -302,6 +311,9 @@ class HostController:
             return in_force * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
 
+    def _pause(self, now: float, until: float) -> None:
+        self.paused_until = max(self.paused_until, until)
+
     def _sent_rate(self, now: float) -> float | None:
         counted = self._counts(now)
         return None if counted is None else counted[0] / counted[2]
@@ -337,7 +349,7 @@ class HostController:
         reset = max(met, deadline)
         if self.reset_at is not None and reset - self.reset_at < tol:
             return None  # this window's reset is known already
-        self.paused_until = max(self.paused_until, reset)
+        self._pause(s.now, reset)
         why = f"window resets in {reset - s.now:.1f} s: host paused until then"
         if self.reset_at is not None:
             length = reset - self.reset_at
@@ -360,7 +372,7 @@ class HostController:
             self.quota_scope.observe(s.endpoint, q.remaining)
         host_wide = self.quota_scope.host_wide
         if q.exhausted() and q.reset and host_wide:
-            self.paused_until = max(self.paused_until, s.now + q.reset)
+            self._pause(s.now, s.now + q.reset)
         pace = q.pace()
         if pace is None:
             return None

@@ -35,6 +35,8 @@ class Level:
 
     answers: int = 0
     refused: int = 0
+    #: Refusals since the cut to requests sent before it (what the failed probe cost beyond its own).
+    late: int = 0
     #: The share of refusals before a cut made from the rate the site answered cleanly (``None``:
     #: the cut was not), and that rate: under it a rate limit refuses nothing, and above it a rate
     #: limit still answers about that rate cleanly.
@@ -49,3 +51,4 @@ class Level:
 
     def share(self) -> float | None:
         return self.refused / self.answers if self.answers >= 8 else None
+
