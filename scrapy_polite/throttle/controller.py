@@ -378,8 +378,11 @@ class HostController:
             return None
         self.quota_rate = max(self.bounds.min_rate(), pace if host_wide else pace * self.bounds.ips)
         self.quota_until = s.now + (q.reset or q.window or 60.0)
-        if self.rate is None or self.rate > self.quota_rate * 1.05:
-            old, self.rate, self.changed_at = self.rate, self.quota_rate, s.now
+        # Down to it at once; up to it too, while nothing was refused since the last cut (the site
+        # says what it allows, so there is nothing to probe; another limit's refusal still binds).
+        up = self.rate is not None and self.rate < self.quota_rate / 1.05 and not self.level.refused
+        if self.rate is None or self.rate > self.quota_rate * 1.05 or up:
+            old, self.rate, self.changed_at = self.rate, min(self.quota_rate, self.bounds.max_rate()), s.now
             self.starting = False
             scope = "the host's" if host_wide else "each IP's"
             return f"quota stated ({scope}): {old or 0:.2f} -> {self.rate:.2f} req/s"
