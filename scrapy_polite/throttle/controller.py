@@ -70,6 +70,8 @@ class HostController:
     #: (since, rate) of the recent rates in force, oldest first.
     history: RateHistory = field(default_factory=RateHistory)
     latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
+    #: The median latency the last latency cut was made at (0: the last cut was not one).
+    queued: float = 0.0
     baseline: float = math.inf
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
     deadlines: deque[tuple[float, float, str]] = field(default_factory=lambda: deque(maxlen=64))
@@ -143,7 +145,15 @@ class HostController:
     def _clean(self, s: Sample) -> str | None:
         self.clean.append(s.sent_at)
         if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
-            return self._cut(s, f"latency {median(self.latencies):.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
+            # A queue still draining after a cut keeps latency high but falling: only a queue that
+            # still grows (latency no lower than at the last latency cut) is cut again.
+            # Nor does it grow while the queue drains.
+            now_median = median(self.latencies)
+            if now_median < self.queued:
+                return None
+            cut = self._cut(s, f"latency {now_median:.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
+            self.queued = now_median
+            return cut
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
                 or (self.level.refused and not self.independent) or not self._in_use(s.now, self.rate)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
@@ -282,6 +292,7 @@ class HostController:
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()
+        self.queued = 0.0
         share = self.level.share()
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
