@@ -76,7 +76,7 @@ async def test_a_per_ip_limit_is_found_and_each_ip_kept_under_it(sandbox, adapti
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_host_wide_limit_is_held_by_the_host_rate_without_pausing_the_host(sandbox) -> None:
+async def test_a_host_wide_limit_is_held_by_the_host_rate_and_its_retry_after_kept_by_every_ip(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=50, host_rate=3.0, host_burst=1, retry_after=2)],
                                proxies=ProxyConfig(count=8)))
     result = await adaptive_crawl(sb)
@@ -84,12 +84,11 @@ async def test_a_host_wide_limit_is_held_by_the_host_rate_without_pausing_the_ho
     # A host-wide bucket with no burst refuses irregular arrivals under its rate: a short crawl's
     # start-up and probes draw up to a fifth of its requests (the benchmark's 2% target is not met).
     check_log(log, result, {"a": (50, 2.0)}, max_429=0.25)
-    # The host rate answers for the cap: the host is never paused on top (a pause is the 2 s
-    # Retry-After, and the spacing the rate sets follows it; a cut's own longest gap is shorter).
-    starts = sorted(e["t_start"] for e in log)
-    first_429 = min(e["t_end"] for e in log if e["status"] == 429)
-    silent = max(b - a for a, b in zip(starts, starts[1:]) if a >= first_429)
-    assert silent < 2.5, f"the host went quiet for {silent:.1f} s"
+    # A Retry-After of under three of each IP's spacings (2 s; 8 IPs at 3 req/s space 2.7 s) is
+    # kept by every IP: no request leaves inside one (those already granted were on their way).
+    for refused in (e for e in log if e["status"] == 429):
+        inside = [e for e in log if refused["t_end"] + 0.1 < e["t_start"] < refused["t_end"] + 2.0 - 0.1]
+        assert not inside, (refused, inside)
     ok = [e["t_start"] for e in log if e["status"] == 200]
     half = ok[len(ok) // 2:]
     # Near the host's 3 req/s, not held far under it (how near is the benchmark's to say).

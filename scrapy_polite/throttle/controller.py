@@ -50,6 +50,8 @@ class HostController:
     cut_at: float = -math.inf
     changed_at: float = -math.inf
     paused_until: float = 0.0
+    #: The last cut was made from what the site answered cleanly (not a guess of beta times the rate).
+    measured: bool = False
     #: The 429s do not depend on the rate: signals no longer cut.
     independent: bool = False
     #: The rate a chain of cuts began from (what cuts that did not help are taken back to).
@@ -75,6 +77,8 @@ class HostController:
     baseline: float = math.inf
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
     deadlines: deque[tuple[float, float, str]] = field(default_factory=lambda: deque(maxlen=64))
+    #: (from, until) of the recent pauses this controller set.
+    pauses: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=32))
 
     @classmethod
     def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
@@ -215,14 +219,14 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
-        host_wide = ra is not None and self._host_wide(ra)
+        host_wide = ra is not None and self._host_wide(ra, s.now)
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
             self._pause(s.now, s.now + ra)
             why = "; ".join(filter(None, [why, f"Retry-After honoured by every IP: host paused {ra:.1f} s"]))
         return why
 
-    def _host_wide(self, ra: float) -> bool:
+    def _host_wide(self, ra: float, now: float) -> bool:
         """Whether every IP waits out a Retry-After. IPs loaded evenly draw the same refusals from a
         per-IP limit as from a host-wide one, so which one spoke is unknown: a Retry-After of a few
         of each IP's spacings is the host's (the others would be refused as soon, and waiting costs
@@ -237,15 +241,17 @@ class HostController:
             return None  # sent before the last cut: already answered for
         if self.independent:
             return None
-        if self.level.flat_before and self.level.flat(self.params.independent_share):
+        if self.level.flat(self.params.independent_share):
             self.independent = True
             old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
             self.peak = self.rate
             return (f"429s as frequent at {old or 0:.2f} req/s, under the rate the site answered cleanly, "
                     f"as above it: they do not depend on the rate; cuts taken back to {self.rate:.2f} req/s, "
                     "no more cuts")
-        if self.rate is not None and self.rate < 0.999 * self.peak and self.level.answers < self.params.min_answers:
-            return None  # a cut under the accepted rate needs a level's worth of evidence
+        if self.measured and self.level.answers < self.params.min_answers:
+            # A level set under what the site answered cleanly needs a level's worth of evidence (a
+            # rate limit refuses it rarely); one only guessed at is cut again at its first refusal.
+            return None
         cost = s.idle / (1 if host_wide else max(1, self.bounds.ips))
         return self._cut(s, "rate signal", 1, cost)
 
@@ -289,6 +295,7 @@ class HostController:
         self.k = self._k(peak, new)
         # What the site answered is under its limit: past it the curve probes without a hold.
         self.hold = 0.0 if measured else self._hold(peak, cost)
+        self.measured = measured
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
         self.latencies.clear()
@@ -297,8 +304,10 @@ class HostController:
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
         flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
-        if not flat:
-            self.chain_from = in_force  # where cuts that may prove unfounded began
+        if self.first_cut == s.now or (self.level.refused <= 1 and self.level.answers >= p.min_answers):
+            # The first cut, or one after a level the site answered cleanly but once: where cuts
+            # that may prove unfounded begin.
+            self.chain_from = in_force
         self.level = Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
@@ -323,7 +332,13 @@ class HostController:
         return clean / span, clean < self.params.beta * sent
 
     def _pause(self, now: float, until: float) -> None:
-        self.paused_until = max(self.paused_until, until)
+        if until > self.paused_until:
+            self.pauses.append((max(now, self.paused_until), until))
+            self.paused_until = until
+
+    def _paused(self, since: float, now: float) -> float:
+        """Seconds of [since, now] the host was paused by this controller."""
+        return sum(max(0.0, min(b, now) - max(a, since)) for a, b in self.pauses)
 
     def _sent_rate(self, now: float) -> float | None:
         counted = self._counts(now)
