@@ -24,7 +24,8 @@ from logcheck import statuses
 from test_stats import _chromium, check_report_structure, chromium_dom
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.metrics.report import ReportData, build, render
+from scrapy_polite.report.model import ReportData, build
+from scrapy_polite.report.page import render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 #: The INFO (WARNING for a park) line the throttle logs for each decision.
@@ -329,15 +330,15 @@ async def test_tables_show_the_top_hosts_and_endpoints_and_fold_the_rest(sandbox
 
 @pytest.mark.once
 def test_a_host_busy_late_in_a_broad_crawl_gets_its_report_row_and_every_other_is_counted() -> None:
-    from scrapy_polite.metrics.report import _MAX_NAMES
+    from scrapy_polite.report.model import MAX_NAMES
 
     data = ReportData()
-    many = _MAX_NAMES + 1000
+    many = MAX_NAMES + 1000
     for i in range(many):  # one answer each from many hosts, then one busy host
         data.add({"time": 1_700_000_000 + i / 100, "status": 200, "host": f"h{i}", "latency": 0.05})
     for i in range(50):
         data.add({"time": 1_700_000_100 + i / 100, "status": 200, "host": "late", "latency": 0.05})
-    assert len(data.hosts) <= _MAX_NAMES + 1
+    assert len(data.hosts) <= MAX_NAMES + 1
     top, other, folded = data.top_hosts(5)
     assert top[0][0] == "late" and top[0][1].total == 50 and "(other)" not in dict(top)
     assert other is not None and other.total == many - 4 and folded == many - 4
