@@ -236,6 +236,30 @@ async def test_a_host_wide_limit_shows_as_host_rate_events_and_in_the_report(san
     assert row[6].endswith("req/s") and row[7].endswith("req/s")
 
 
+
+@pytest_twisted.ensureDeferred
+async def test_a_spent_host_wide_quota_pauses_the_host_and_the_report_shades_each_pause(sandbox, tmp_path: Path) -> None:
+    # 6 requests per 3 s window for the whole host, stated on every answer, against 4 endpoints: each time the
+    # quota is spent the host waits for the window's reset (a pause), then resumes.
+    sb = start_site(sandbox, 4, pages=30, limiter={"kind": "fixed_window", "limit": 6, "window": 3.0,
+                                                   "scope": "host"})
+    jsonl = tmp_path / "stats.jsonl"
+    run, _ = await throttled_crawl(sb, jsonl, 24, {"POLITE_DELAY": (0.05, 0.1)})
+    _, events = split_jsonl(jsonl)
+    host = "127.0.1.1"
+    pauses = [e for e in events if e["change"] == "pause"]
+    resumes = [e for e in events if e["change"] == "resume"]
+    assert pauses and resumes, Counter(e["change"] for e in events)
+    assert len(resumes) == run.log_text.count(f"{host} resumed after") <= len(pauses)
+    # Each resume ends a pause written before it, after the time that pause held the host.
+    for r in resumes:
+        assert any(p["time"] <= r["time"] and abs(p["to"] - r["from"]) < 0.01 for p in pauses), (r, pauses)
+
+    page = parse(render(build([jsonl])))
+    (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 10]
+    assert row[1] == str(len(events)) and row[8] == str(len(pauses))
+    assert page.in_figure[("fig-host-0", "rect.pause")] == len(pauses)
+
 # -- two runs compared ---------------------------------------------------------------------------
 
 
