@@ -14,6 +14,7 @@ from scrapy_polite.report.svg import Svg, nice_ticks, status_color
 
 
 def throughput_svg(data: ReportData) -> str:
+    """Successful pages and 429s per minute over the run, against the run's average."""
     width, points = data.series()
     W, H, L, R, T, B = 900, 310, 60, 20, 34, 45
     svg = Svg(W, H, "Successful pages per minute over time, with rate-limited answers")
@@ -71,6 +72,7 @@ def throughput_svg(data: ReportData) -> str:
 
 
 def latency_svg(data: ReportData) -> str:
+    """Responses per latency bin on a log scale, the percentiles marked."""
     W, H, L, R, T, B = 900, 290, 60, 20, 40, 45
     svg = Svg(W, H, "Download latency histogram with percentiles")
     if not data.latency_bins:
@@ -124,6 +126,7 @@ def order_labels(labels: Iterable[str]) -> list[str]:
 
 
 def status_by_endpoint_svg(data: ReportData, max_rows: int = 40) -> str:
+    """Answers per endpoint as stacked bars by status: an endpoint the site singles out stands out."""
     rows = sorted(data.endpoints.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
     if len(rows) > max_rows:
         rest: Counter[str] = Counter()
@@ -165,6 +168,7 @@ def status_by_endpoint_svg(data: ReportData, max_rows: int = 40) -> str:
 
 
 def exit_ips_svg(data: ReportData, max_rows: int = 50) -> str:
+    """Requests per exit IP against their mean: how evenly the pool spread the load, as the site saw it."""
     rows = sorted(data.exit_ips.items(), key=lambda kv: (-kv[1], kv[0]))
     if len(rows) > max_rows:
         rest = sum(n for _, n in rows[max_rows - 1:])
