@@ -13,7 +13,7 @@ import sys
 
 #: Command name -> the module holding its ``DESCRIPTION``, ``add_arguments``, ``run`` and ``main``.
 COMMANDS = {
-    "report": "scrapy_polite.metrics.report",
+    "report": "scrapy_polite.cli.report",
     "fleet": "scrapy_polite.cli.fleet",
 }
 PROG = "python -m scrapy_polite"

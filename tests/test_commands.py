@@ -107,7 +107,7 @@ def shown(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.once
 def test_the_wheel_declares_its_commands_license_types_and_dependencies(wheel: Path) -> None:
     eps = entry_points(wheel)
-    assert eps["console_scripts"] == {"polite-report": "scrapy_polite.metrics.report:main",
+    assert eps["console_scripts"] == {"polite-report": "scrapy_polite.cli.report:main",
                                       "polite-fleet": "scrapy_polite.cli.fleet:main"}
     assert eps["scrapy.commands"] == {
         "polite-tune": "scrapy_polite.cli.tune:Command",

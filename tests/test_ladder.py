@@ -18,7 +18,8 @@ from test_stats import read_jsonl
 from scrapy_polite import ChallengeDetected
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.response_policy import ResponsePolicy, Verdict
-from scrapy_polite.metrics.report import build, render
+from scrapy_polite.report.model import build
+from scrapy_polite.report.page import render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.sandbox.proxy import nth_address
 

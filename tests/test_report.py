@@ -24,7 +24,8 @@ from logcheck import statuses
 from test_stats import _chromium, check_report_structure, chromium_dom
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.metrics.report import ReportData, build, render
+from scrapy_polite.report.model import ReportData, build
+from scrapy_polite.report.page import render
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 
 #: The INFO (WARNING for a park) line the throttle logs for each decision.
@@ -235,6 +236,30 @@ async def test_a_host_wide_limit_shows_as_host_rate_events_and_in_the_report(san
     assert row[6].endswith("req/s") and row[7].endswith("req/s")
 
 
+
+@pytest_twisted.ensureDeferred
+async def test_a_spent_host_wide_quota_pauses_the_host_and_the_report_shades_each_pause(sandbox, tmp_path: Path) -> None:
+    # 6 requests per 3 s window for the whole host, stated on every answer, against 4 endpoints: each time the
+    # quota is spent the host waits for the window's reset (a pause), then resumes.
+    sb = start_site(sandbox, 4, pages=30, limiter={"kind": "fixed_window", "limit": 6, "window": 3.0,
+                                                   "scope": "host"})
+    jsonl = tmp_path / "stats.jsonl"
+    run, _ = await throttled_crawl(sb, jsonl, 24, {"POLITE_DELAY": (0.05, 0.1)})
+    _, events = split_jsonl(jsonl)
+    host = "127.0.1.1"
+    pauses = [e for e in events if e["change"] == "pause"]
+    resumes = [e for e in events if e["change"] == "resume"]
+    assert pauses and resumes, Counter(e["change"] for e in events)
+    assert len(resumes) == run.log_text.count(f"{host} resumed after") <= len(pauses)
+    # Each resume ends a pause written before it, after the time that pause held the host.
+    for r in resumes:
+        assert any(p["time"] <= r["time"] and abs(p["to"] - r["from"]) < 0.01 for p in pauses), (r, pauses)
+
+    page = parse(render(build([jsonl])))
+    (row,) = [r for r in page.rows if r and r[0] == host and len(r) == 10]
+    assert row[1] == str(len(events)) and row[8] == str(len(pauses))
+    assert page.in_figure[("fig-host-0", "rect.pause")] == len(pauses)
+
 # -- two runs compared ---------------------------------------------------------------------------
 
 
@@ -329,15 +354,15 @@ async def test_tables_show_the_top_hosts_and_endpoints_and_fold_the_rest(sandbox
 
 @pytest.mark.once
 def test_a_host_busy_late_in_a_broad_crawl_gets_its_report_row_and_every_other_is_counted() -> None:
-    from scrapy_polite.metrics.report import _MAX_NAMES
+    from scrapy_polite.report.model import MAX_NAMES
 
     data = ReportData()
-    many = _MAX_NAMES + 1000
+    many = MAX_NAMES + 1000
     for i in range(many):  # one answer each from many hosts, then one busy host
         data.add({"time": 1_700_000_000 + i / 100, "status": 200, "host": f"h{i}", "latency": 0.05})
     for i in range(50):
         data.add({"time": 1_700_000_100 + i / 100, "status": 200, "host": "late", "latency": 0.05})
-    assert len(data.hosts) <= _MAX_NAMES + 1
+    assert len(data.hosts) <= MAX_NAMES + 1
     top, other, folded = data.top_hosts(5)
     assert top[0][0] == "late" and top[0][1].total == 50 and "(other)" not in dict(top)
     assert other is not None and other.total == many - 4 and folded == many - 4

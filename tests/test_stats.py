@@ -37,9 +37,10 @@ from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.exit_ip import parse_probe_body
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.metrics.outcome import Outcome
-from scrapy_polite.metrics.report import ReportData, build, render
 from scrapy_polite.metrics.stats import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, MAX_HOSTS, OTHER, PoliteStats
 from scrapy_polite.metrics.summary import format_summary
+from scrapy_polite.report.model import ReportData, build
+from scrapy_polite.report.page import render
 from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.settings.config import PoliteConfig

@@ -1,1 +1,1 @@
-"""What a crawl measured: one outcome per attempt, stats, JSONL, Prometheus, fleet totals, the report."""
+"""What a crawl measured: one outcome per attempt, stats, JSONL, Prometheus, fleet totals."""

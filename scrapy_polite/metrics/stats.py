@@ -476,7 +476,7 @@ class PoliteStats:
 
     def _write_report(self, output: str, path: str, spider: Any) -> None:
         """POLITE_REPORT_HTML: the HTML report of this run's JSONL (its rotated ``.1`` file first)."""
-        from scrapy_polite.metrics.report import write_report
+        from scrapy_polite.report.page import write_report
 
         paths = [p for p in (path + ".1", path) if os.path.exists(p)]
         try:
