@@ -7,11 +7,11 @@ from collections.abc import Iterable
 
 from scrapy_polite.gate.backoff import draw_spacing
 from scrapy_polite.gate.core import cancel_timer
-from scrapy_polite.gate.local.eviction import Eviction
+from scrapy_polite.gate.local.eviction import LocalEviction
 from scrapy_polite.gate.state import EndpointState, HostState, Waiter
 
 
-class Dispatch(Eviction):
+class Dispatch(LocalEviction):
     """Grants in memory: the one endpoint choice (``_pick``), spacing, and the timer that wakes waiters."""
 
     def _kick(self, host: str | None = None) -> None:

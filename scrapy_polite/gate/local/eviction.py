@@ -14,7 +14,7 @@ from scrapy_polite.gate.state import HostState
 SWEEP = 2
 
 
-class Eviction(LocalTables):
+class LocalEviction(LocalTables):
     """Drops what no longer constrains anything; a host's learned limits go to its memory."""
 
     def sweep(self, limit: int | None = None) -> int:
