@@ -105,7 +105,7 @@ async def test_the_longest_spacing_falls_when_the_hosts_asking_for_it_go_away(re
 
 
 def test_running_max_follows_every_change() -> None:
-    from scrapy_polite.gate.redis.backend import RunningMax
+    from scrapy_polite.gate.redis.running_max import RunningMax
 
     rng = random.Random(7)
     m, values = RunningMax(0.5), {}

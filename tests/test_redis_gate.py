@@ -368,7 +368,7 @@ async def test_pins_expire_when_the_session_idles(redis_server) -> None:
 
 @on_asyncio
 async def test_new_sessions_spread_over_a_large_pool_looking_at_a_bounded_number_of_endpoints(redis_server) -> None:
-    from scrapy_polite.gate.redis.backend import SESSION_CHOICES
+    from scrapy_polite.gate.redis.candidates import SESSION_CHOICES
 
     a = gate(redis_server.url, n=40, host_concurrency=100)
     others, complete = a._session_choices("h", None)
@@ -473,7 +473,7 @@ async def test_a_redis_error_drops_the_update_and_the_next_ones_go_through(redis
 
 @on_asyncio
 async def test_the_orphans_list_is_bounded(redis_server) -> None:
-    kept = 100_000  # scrapy_polite.gate.redis.backend.ORPHANS_KEPT
+    kept = 100_000  # scrapy_polite.gate.redis.leases.ORPHANS_KEPT
     client = admin(redis_server.url)
     for start in range(0, kept, 20_000):
         client.rpush("t:orphans", *(f"old{i}" for i in range(start, start + 20_000)))
