@@ -16,8 +16,6 @@ from scrapy_polite.errors import PoliteConfigError, scrub
 
 #: The methods every ``POLITE_RESPONSE_POLICY`` class answers with (see ``ResponsePolicy``).
 POLICY_METHODS = ("classify", "classify_exception")
-#: What ``POLITE_BLOCKED_HOSTS`` may say to do with a host no identity is left for.
-BLOCKED_CHOICES = ("wait", "give_up")
 
 
 def http_url(name: str, value: str) -> str:
