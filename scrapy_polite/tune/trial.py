@@ -96,7 +96,7 @@ class TrialGuard:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> TrialGuard:
-        # Extensions are built before downloader middlewares: both are there to be handed over.
+        # Extensions are built before downloader middlewares: the stats and the throttle exist already.
         from scrapy_polite.metrics.stats import PoliteStats
         from scrapy_polite.throttle.extension import HostThrottle
 
