@@ -1,7 +1,10 @@
-"""Per-crawler wiring: one config and one gate shared by all components.
+"""Per-crawler shared state: one config and one gate for all components.
 
-Scrapy builds extensions and middlewares separately; they meet here instead
-of through attributes set on the crawler.
+Scrapy builds extensions and middlewares separately, each from the crawler;
+each reads the same validated config and waits at the same gate through here.
+Components do not find each other here: a component gets what it works with
+as constructor arguments, and hears the others through signals (see the
+"Wiring" section of docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -15,42 +18,17 @@ from scrapy_polite.settings.config import PoliteConfig
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_polite.downloader.exit_ip import ExitIps
-    from scrapy_polite.downloader.middleware import PoliteProxyMiddleware
-    from scrapy_polite.downloader.response_policy import ResponsePolicy
     from scrapy_polite.gate.base import Gate
-    from scrapy_polite.gate.redis.backend import RedisGate
-    from scrapy_polite.metrics.stats import PoliteStats
     from scrapy_polite.pool.tiers import TierLadder
-    from scrapy_polite.throttle.policy import ThrottlePolicy
-
-#: Sends this process's stats snapshot to the fleet (a shared state only).
-Publisher = Callable[[dict[str, Any]], None]
 
 
 class Runtime:
-    """Shared state of one crawler: the validated config and the gate."""
+    """Shared state of one crawler: the validated config and the gate (with the tier ladder it reads)."""
 
     def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
         self.config = PoliteConfig.from_settings(crawler.settings)
         self._gate: Gate | None = None
-        #: Where the stats go for the ``fleet`` command (None: the state is not shared).
-        self.publisher: Publisher | None = None
-        #: The components, each set by itself when Scrapy builds it (None: not enabled).
-        self.throttle: ThrottlePolicy | None = None
-        self.stats: PoliteStats | None = None
-        self.exit_ips: ExitIps | None = None
-        self.middleware: PoliteProxyMiddleware | None = None
-        self._policy: ResponsePolicy | None = None
-        self.tiers: TierLadder | None = None
-
-    @property
-    def policy(self) -> ResponsePolicy:
-        """The ``POLITE_RESPONSE_POLICY`` every component asks what an answer means."""
-        if self._policy is None:
-            self._policy = _load_policy(self.crawler, self.config.response_policy)
-        return self._policy
+        self._tiers: TierLadder | None = None
 
     @property
     def gate(self) -> Gate:
@@ -59,18 +37,22 @@ class Runtime:
             if cfg.endpoint_tiers:
                 from scrapy_polite.pool.tiers import TierLadder
 
-                self.tiers = TierLadder(
+                self._tiers = TierLadder(
                     cfg.endpoint_tiers, escalate_after=cfg.tier_escalate_after, cooldown=cfg.tier_cooldown,
                     max_hosts=cfg.host_memory,
                 )
-            self._gate, self.publisher = _build_gate(cfg, self.tiers.eligible if self.tiers else None)
+            self._gate = _build_gate(cfg, self._tiers.eligible if self._tiers else None)
         return self._gate
 
+    @property
+    def tiers(self) -> TierLadder | None:
+        """The gate's proxy tiers (``POLITE_PROXY_TIERS``): which endpoints each host may take; None without tiers."""
+        self.gate  # noqa: B018 - built with the gate, which asks it for every grant
+        return self._tiers
 
-def _build_gate(
-    cfg: PoliteConfig, eligible: Callable[[str, str], bool] | None = None
-) -> tuple[Gate, Publisher | None]:
-    """The in-memory gate, or the Redis one (and its stats publisher) when ``POLITE_STATE`` names a server.
+
+def _build_gate(cfg: PoliteConfig, eligible: Callable[[str, str], bool] | None = None) -> Gate:
+    """The in-memory gate, or the Redis one when ``POLITE_STATE`` names a server.
 
     *eligible* says which endpoints a host may take (its proxy tier), when tiers are configured.
     """
@@ -90,7 +72,7 @@ def _build_gate(
     if cfg.state == "memory":
         from scrapy_polite.gate.local import LocalGate
 
-        return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl), None
+        return LocalGate(cfg.endpoints, **common, host_memory=cfg.host_memory, memory_ttl=cfg.state_pin_ttl)
     from scrapy_polite.errors import PoliteConfigError
     from scrapy_polite.gate.redis.backend import RedisGate
     from scrapy_polite.gate.redis.state import check_reachable, mask_url
@@ -108,25 +90,11 @@ def _build_gate(
             "'twisted.internet.asyncioreactor.AsyncioSelectorReactor') for a Redis state",
         )
     check_reachable(cfg.state)
-    gate = RedisGate(
+    return RedisGate(
         cfg.endpoints, url=cfg.state, namespace=cfg.state_namespace,
         lease_ttl=cfg.state_lease_ttl, pin_ttl=cfg.state_pin_ttl, host_ttl=cfg.state_host_ttl, poll=cfg.state_poll,
         outage_timeout=cfg.state_outage_timeout, **common,
     )
-    return gate, _fleet_publisher(gate)
-
-
-def _fleet_publisher(gate: RedisGate) -> Publisher:
-    """Publish stats snapshots through *gate*'s ordered updates, under its namespace."""
-    from scrapy_polite.metrics.fleet_store import publish_commands
-
-    def publish(snap: dict[str, Any]) -> None:
-        async def send(client: Any, keys: Any, process_id: str) -> None:
-            await publish_commands(client.pipeline(transaction=False), keys, process_id, snap).execute()
-
-        gate.submit(send)
-
-    return publish
 
 
 _runtimes: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
@@ -149,15 +117,3 @@ def get_runtime(crawler: Crawler) -> Runtime:
         rt = _runtimes[crawler] = Runtime(crawler)
     return rt
 
-
-def _load_policy(crawler: Crawler, path: str) -> ResponsePolicy:
-    """The ``POLITE_RESPONSE_POLICY`` class, built from the crawler (loaded by path, as Scrapy loads components)."""
-    from scrapy.utils.misc import build_from_crawler, load_object
-
-    from scrapy_polite.errors import PoliteConfigError
-
-    try:
-        cls = load_object(path)
-    except (ImportError, NameError, ValueError, AttributeError) as exc:
-        raise PoliteConfigError("POLITE_RESPONSE_POLICY", path, f"an importable class path ({exc})") from None
-    return build_from_crawler(cls, crawler)

@@ -45,3 +45,31 @@ polite_challenge = object()
 #: A session's identity was retired (a challenge or ban, or its request or age limit): its next
 #: request gets a new endpoint and a new cookie jar. Args: ``session``, ``endpoint`` (label or None), ``reason``.
 session_retired = object()
+
+# -- between the package's own components -----------------------------------------------------
+# What the downloader middleware tells the throttle about each answer, as AutoThrottle hears
+# ``response_downloaded``: ``HostThrottle`` connects its policy (``downloader/pace.py``
+# ``throttle_handlers``). With nobody listening, the middleware cools the pair or pauses the host
+# itself. ``lease`` is the :class:`~scrapy_polite.gate.state.Lease` the attempt went through.
+
+#: The site's rate signal. Args: ``lease``, ``delay`` (s before the request goes again), ``status``,
+#: ``retry_after`` (s the site stated, or None), ``headers``.
+pace_rate_limited = object()
+
+#: The site's overload answer (a 5xx that is no rate signal). Args: ``lease``, ``status``.
+pace_overloaded = object()
+
+#: A challenge from a host the endpoint had been crawling. Args: ``lease``, ``delay`` (s).
+pace_challenged = object()
+
+#: A clean answer. Args: ``lease``, ``status``, ``headers``.
+pace_ok = object()
+
+#: Several endpoints got no answer from a host. Args: ``host``, ``park`` (bool). A listener
+#: returns what it did to the host, as text for the log ("" when it was already slowed).
+pace_unanswered = object()
+
+#: A callback marked a page as a challenge or ban (``ChallengeDetected``), told by
+#: ``PoliteMarksMiddleware``. Args: ``response``, ``kind``, ``reason``. The downloader middleware
+#: returns the list of requests to send again in its place.
+page_marked = object()

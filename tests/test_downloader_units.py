@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -13,9 +14,11 @@ import pytest_twisted
 from scrapy import Request
 from scrapy.http import Response
 from scrapy.settings import Settings
+from scrapy.signalmanager import SignalManager
 from scrapy.statscollectors import MemoryStatsCollector
 
 from scrapy_polite import compat
+from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader import requeue
 from scrapy_polite.downloader.exit_ip import ExitIps
 from scrapy_polite.downloader.jobdir import keep_for_next_run
@@ -371,8 +374,7 @@ def test_each_verdict_leads_to_its_reaction_and_requeue_kind() -> None:
 
     def attempt(status: int | None, body: bytes = b"", **headers: str) -> tuple[list[str], list[Any], Any]:
         blame, recorder = _Calls(), _Calls(returns="again")
-        runtime = SimpleNamespace(config=cfg, policy=ResponsePolicy(cfg), throttle=None)
-        attempts = Attempts(runtime, crawler().stats, blame, recorder)  # type: ignore[arg-type]
+        attempts = Attempts(cfg, ResponsePolicy(cfg), _Calls(), crawler().stats, blame, recorder)  # type: ignore[arg-type]
         request = Request("http://t.test/page")
         if status is None:
             out = attempts.failed(request, ConnectionRefusedError(), lease)  # type: ignore[arg-type]
@@ -402,6 +404,7 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
     from test_units import make_gate
 
     from scrapy_polite.downloader.blame import Blame
+    from scrapy_polite.downloader.pace import Pace, throttle_handlers
     from scrapy_polite.downloader.response_policy import Verdict
     from scrapy_polite.throttle.policy import ThrottlePolicy
 
@@ -409,9 +412,11 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
         cfg = config(POLITE_ADAPTIVE=adaptive, POLITE_HOST_CONCURRENCY=4, POLITE_CHALLENGE_BENCH=600)
         g, ft = make_gate(n=4, host_concurrency=4, delay=cfg.delay)
         throttle = ThrottlePolicy(cfg, g, clock=ft.clock)
-        runtime = SimpleNamespace(config=cfg, gate=g, throttle=throttle, tiers=None)
+        runtime = SimpleNamespace(config=cfg, gate=g, tiers=None)
         c = crawler()
-        blame = Blame(c, runtime, identities=None)  # type: ignore[arg-type]
+        c.signals = SignalManager(c)
+        polite_signals.connect(c, throttle_handlers(throttle))  # as HostThrottle listens
+        blame = Blame(c, runtime, identities=None, pace=Pace(c.signals))  # type: ignore[arg-type]
         ep = next(iter(g.endpoints.values())).endpoint
         for _ in range(12):  # some traffic: the host's sent rate is what a challenge halves
             leases: list[Any] = []
@@ -442,6 +447,59 @@ def test_a_challenge_slows_the_host_for_the_pool_more_than_a_429(adaptive: bool)
     assert flagged.paused_until > first_429.paused_until and flagged_pair.banned_until > challenged_pair.cooldown_until
 
 
+
+@pytest.mark.parametrize("listening", [True, False], ids=["throttle", "no-throttle"])
+def test_an_unanswered_host_is_parked_by_the_throttle_or_paused_by_the_gate_without_one(
+    listening: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The throttle hears of it through the pace signals; with nobody listening the pool still reacts."""
+    from test_units import make_gate
+
+    from scrapy_polite.downloader.blame import Blame
+    from scrapy_polite.downloader.pace import Pace, throttle_handlers
+    from scrapy_polite.throttle.policy import ThrottlePolicy
+
+    cfg = config(POLITE_PARK_TIME=(30, 120))
+    g, ft = make_gate(n=2, delay=cfg.delay)
+    c = crawler()
+    c.signals = SignalManager(c)
+    throttle = ThrottlePolicy(cfg, g, clock=ft.clock)
+    if listening:
+        polite_signals.connect(c, throttle_handlers(throttle))
+    blame = Blame(c, SimpleNamespace(config=cfg, gate=g, tiers=None), identities=None,  # type: ignore[arg-type]
+                  pace=Pace(c.signals))
+    caplog.set_level(logging.WARNING)
+    blame._host_unanswered("t.test", park=True, reason="timeout")
+    assert g.host("t.test").paused_until == pytest.approx(ft.now + 30.0)
+    (line,) = [r.getMessage() for r in caplog.records if "gave no answer" in r.getMessage()]
+    assert line.endswith("parked 30 s (park #1)" if listening else "paused 30 s")
+
+
+def test_a_marked_page_goes_to_the_middleware_holding_its_lease() -> None:
+    """``page_marked`` carries the page to whoever holds its lease; without one the callback's error goes on."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_polite.downloader.marks import PoliteMarksMiddleware
+    from scrapy_polite.errors import BanDetected
+
+    c = get_crawler(settings_dict={"POLITE_PROXIES": PROXIES})
+    marks = PoliteMarksMiddleware.from_crawler(c)
+    request = Request("http://t.test/item/3")
+    response = Response(request.url, request=request)
+    assert marks.process_spider_exception(response, BanDetected(response, "blocked page")) is None
+    again = request.replace(dont_filter=True)
+    heard: list[tuple[Any, str, str]] = []
+
+    def marked(response: Response, kind: str, reason: str) -> list[Request]:
+        heard.append((response, kind, reason))
+        return [again]
+
+    c.signals.connect(marked, signal=polite_signals.page_marked)
+    assert marks.process_spider_exception(response, BanDetected(response, "blocked page")) == [again]
+    assert heard == [(response, "ban", "blocked page")]
+    assert marks.process_spider_exception(response, ValueError("not a mark")) is None
+
+
 def test_a_download_error_is_judged_by_the_response_policy() -> None:
     from twisted.internet.error import ConnectionRefusedError, TimeoutError
 
@@ -464,8 +522,7 @@ def test_a_download_error_is_judged_by_the_response_policy() -> None:
 
     def failed(policy: ResponsePolicy, exc: Exception) -> tuple[list[str], list[str]]:
         blame, recorder = _Calls(), _Calls(returns="again")
-        runtime = SimpleNamespace(config=cfg, policy=policy, throttle=None)
-        Attempts(runtime, crawler().stats, blame, recorder).failed(  # type: ignore[arg-type]
+        Attempts(cfg, policy, _Calls(), crawler().stats, blame, recorder).failed(  # type: ignore[arg-type]
             Request("http://t.test/"), exc, lease)  # type: ignore[arg-type]
         return blame.names(), [c[1][1] if c[0] == "requeue" else c[0] for c in recorder.calls]
 

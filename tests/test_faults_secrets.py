@@ -24,7 +24,7 @@ import scrapy
 from faultcheck import assert_no_secret, assert_no_traceback, assert_pages_accounted, fault_crawl
 from twisted.internet.task import LoopingCall
 
-from scrapy_polite.runtime import get_runtime
+from scrapy_polite.metrics.stats import PoliteStats
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
 
 PW = "Zq7sekr1tPW"          # the proxies' password
@@ -64,7 +64,7 @@ class MetaLoggingSpider(scrapy.Spider):
         self.scrape()
 
     def scrape(self) -> None:
-        url = get_runtime(self.crawler).stats.prometheus_url
+        url = self.crawler.get_extension(PoliteStats).prometheus_url
         if url:
             with NO_PROXY.open(url, timeout=5) as resp:
                 self.metrics = resp.read().decode()
@@ -133,7 +133,7 @@ def report_of(jsonl: Path, tmp_path: Path) -> Path:
 
 def outputs_of(run: Any) -> str:
     """The crawl's stats and its summary, as text."""
-    summary = get_runtime(run.result.crawler).stats.summary()
+    summary = run.result.crawler.get_extension(PoliteStats).summary()
     return repr(run.stats) + json.dumps(run.stats, default=repr) + repr(summary)
 
 

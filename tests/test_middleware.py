@@ -24,7 +24,7 @@ from logcheck import (
 from test_stats import read_jsonl
 
 from scrapy_polite.errors import PoliteConfigError
-from scrapy_polite.runtime import get_runtime
+from scrapy_polite.metrics.stats import PoliteStats
 from scrapy_polite.sandbox import FailureSpec, ProxyConfig, SandboxConfig, SiteConfig
 
 
@@ -250,7 +250,7 @@ async def test_a_request_that_spends_its_budget_is_given_up_once_and_marked(sand
         (429, 0, False), (429, 1, False), (429, 2, True)]
     assert result.stats["polite/gave_up"] == result.stats["polite/gave_up/rate"] == 1
     assert result.stats["polite/requeued/rate"] == 2
-    assert get_runtime(result.crawler).stats.summary()["gave_up"] == 1
+    assert result.crawler.get_extension(PoliteStats).summary()["gave_up"] == 1
     (error,) = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
     assert url in error and "after 2 rate re-queue(s)" in error
 

@@ -35,13 +35,15 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.exit_ip import parse_probe_body
+from scrapy_polite.downloader.middleware import PoliteProxyMiddleware
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.metrics.outcome import Outcome
-from scrapy_polite.metrics.stats import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, MAX_HOSTS, OTHER, PoliteStats
+from scrapy_polite.metrics.stats import PoliteStats
 from scrapy_polite.metrics.summary import format_summary
+from scrapy_polite.metrics.tables import MAX_EXIT_IPS, MAX_EXIT_IPS_PER_HOST, MAX_HOSTS
+from scrapy_polite.metrics.top import OTHER
 from scrapy_polite.report.model import ReportData, build
 from scrapy_polite.report.page import render
-from scrapy_polite.runtime import get_runtime
 from scrapy_polite.sandbox import ProxyConfig, SandboxConfig, SiteConfig
 from scrapy_polite.settings.config import PoliteConfig
 
@@ -77,7 +79,7 @@ class MixSpider(scrapy.Spider):
         yield {"url": response.url, "status": response.status}
 
     def idle(self) -> None:
-        url = get_runtime(self.crawler).stats.prometheus_url
+        url = self.crawler.get_extension(PoliteStats).prometheus_url
         if url and self.metrics is None:
             with NO_PROXY.open(url, timeout=5) as resp:
                 self.metrics = resp.read().decode()
@@ -279,7 +281,7 @@ async def test_exit_ip_without_provider_header(sandbox, tmp_path: Path, source: 
         for spans in by_ip.values():
             spans.sort()
             assert all(end <= nxt_start + 0.005 for (_, end), (nxt_start, _) in zip(spans, spans[1:]))
-        exit_ips = get_runtime(result.crawler).exit_ips
+        exit_ips = result.crawler.get_downloader_middleware(PoliteProxyMiddleware).exit_ips
         assert sorted(exit_ips.probed(u) for u in sb.proxy_urls) == sorted(sb.proxy_exit_ips)
 
 
@@ -317,7 +319,7 @@ async def test_https_exit_ip_comes_from_the_connect_reply(sandbox, tmp_path: Pat
 
 def make_stats(tmp_path: Path, **settings: Any) -> PoliteStats:
     crawler = get_crawler(settings_dict={"POLITE_PROXIES": ["http://127.0.0.1:9"], **settings})
-    return PoliteStats(crawler)
+    return PoliteStats.from_crawler(crawler)
 
 
 def synthetic(n: int, start: int = 0, t0: float = 1_700_000_000.0, unique_ips: bool = False) -> Iterator[Outcome]:

@@ -2,7 +2,8 @@
 
 The middleware hands every leased attempt here once its lease is given back;
 the verdicts come from the response policy and ``answers``, the reactions
-from ``Blame``, the re-queue decisions and records from ``Recorder``.
+from ``Blame`` and the throttle (told through ``Pace``), the re-queue decisions
+and records from ``Recorder``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,11 @@ if TYPE_CHECKING:
     from scrapy.http.headers import Headers
 
     from scrapy_polite.downloader.blame import Blame
+    from scrapy_polite.downloader.pace import Pace
     from scrapy_polite.downloader.recorder import Recorder
+    from scrapy_polite.downloader.response_policy import ResponsePolicy
     from scrapy_polite.gate.state import Lease
-    from scrapy_polite.runtime import Runtime
+    from scrapy_polite.settings.config import PoliteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +49,12 @@ OVERLOAD_CODES = frozenset({502, 503, 504, 529})
 class Attempts:
     """Judges each finished attempt and returns what the downloader middleware returns for it."""
 
-    def __init__(self, runtime: Runtime, stats: Any, blame: Blame, recorder: Recorder) -> None:
-        self.runtime = runtime
-        self.config = runtime.config
+    def __init__(
+        self, config: PoliteConfig, policy: ResponsePolicy, pace: Pace, stats: Any, blame: Blame, recorder: Recorder
+    ) -> None:
+        self.config = config
+        self.policy = policy
+        self.pace = pace
         self.stats = stats
         self.blame = blame
         self.recorder = recorder
@@ -75,7 +81,7 @@ class Attempts:
 
     def _gateway_fault(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> bool:
         """A 502/503/504 the policy takes for the site's error, that only this endpoint gets: the endpoint's failure."""
-        gateway = status in GATEWAY_STATUSES and self.runtime.policy.classify(
+        gateway = status in GATEWAY_STATUSES and self.policy.classify(
             request, response, status=status, headers=headers
         ).kind == TARGET_ERROR
         return self.blame.gateway_fault(lease, status, gateway)
@@ -87,7 +93,7 @@ class Attempts:
         target's); a target error is then placed by its kind: Splash's own, an
         unclear one for the evidence, or one that blames nobody.
         """
-        verdict = self.runtime.policy.classify_exception(request, exception)
+        verdict = self.policy.classify_exception(request, exception)
         if verdict.kind == RATE_LIMITED:
             delay = self.cooldown(None)
             self.blame.rate_limited(lease, None, delay, proxy_side=verdict.proxy_side)
@@ -121,7 +127,7 @@ class Attempts:
 
     def _judged(self, request: Request, response: Response, lease: Lease, status: int, headers: Headers) -> Any:
         """The target's (or the proxy's) answer *status*, as the response policy judges it."""
-        verdict = self.runtime.policy.classify(request, response, status=status, headers=headers)
+        verdict = self.policy.classify(request, response, status=status, headers=headers)
         if verdict.kind == PROXY_ERROR:
             self.blame.endpoint_failed(lease, verdict.reason)
             return self.recorder.requeue(request, "proxy", lease, response=response)
@@ -135,19 +141,17 @@ class Attempts:
         self.blame.answered(lease)
         if verdict.kind in STRONG:
             return self._flagged(request, response, lease, verdict, status)
-        throttle = self.runtime.throttle
         if verdict.kind == TARGET_ERROR and status >= 500:
             # The site is overloaded, not limiting: never a clean answer; the page goes again later.
-            if throttle is not None:
-                throttle.overloaded(lease, status)
+            self.pace.overloaded(lease, status)
             if status in OVERLOAD_CODES:
                 again = self.recorder.requeue(request, "overload", lease, response=response,
                                               delay=self.cooldown(None))
                 if again is not response:  # a try of Scrapy's own budget, taken after a cooldown
                     again.meta["retry_times"] = request.meta.get("retry_times", 0) + 1
                 return again
-        elif throttle is not None:
-            throttle.ok(lease, status, headers)
+        else:
+            self.pace.ok(lease, status, headers)
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from scrapy_polite.downloader.blocked_hosts import BlockedHosts
     from scrapy_polite.downloader.identities import Identities
+    from scrapy_polite.downloader.pace import Pace
     from scrapy_polite.downloader.response_policy import Verdict
     from scrapy_polite.gate.base import Gate
     from scrapy_polite.gate.local import Lease
@@ -28,24 +29,30 @@ logger = logging.getLogger(__name__)
 
 
 class Blame:
-    """Endpoint health and host slow-downs after each attempt, with their stats, logs and signals."""
+    """Endpoint health and host slow-downs after each attempt, with their stats, logs and signals.
+
+    The throttle hears of rate signals, challenges and unanswered hosts through *pace*; the host's
+    proxy tier and the session's identity through the runtime's tiers and *identities*.
+    """
 
     def __init__(
-        self, crawler: Crawler, runtime: Runtime, identities: Identities, blocked: BlockedHosts | None = None
+        self, crawler: Crawler, runtime: Runtime, identities: Identities, pace: Pace,
+        blocked: BlockedHosts | None = None,
     ) -> None:
         self.crawler = crawler
         self.blocked = blocked
-        self.runtime = runtime
         self.identities = identities
+        self.pace = pace
         self.config = runtime.config
         self.gate: Gate = runtime.gate
+        self.tiers = runtime.tiers
         self.stats = crawler.stats
         self.evidence = failures.EvidenceTracker(
             window=self.config.host_pause_window, host_endpoints=self.config.host_pause_endpoints
         )
         self.gateway = GatewayErrors(max_hosts=max(1, min(self.config.host_memory, 1000)))
-        if runtime.tiers is not None:
-            runtime.tiers.on_move = self._tier_moved
+        if self.tiers is not None:
+            self.tiers.on_move = self._tier_moved
 
     def answered(self, lease: Lease) -> None:
         """An answer came through *lease*: its endpoint works and the pair's unclear failures are forgiven."""
@@ -63,9 +70,7 @@ class Blame:
         ep = lease.endpoint
         if proxy_side:
             self.gate.cool_endpoint(ep.key, None, delay)
-        elif self.runtime.throttle is not None:
-            self.runtime.throttle.rate_limited(lease, delay, status or 429, retry_after, headers)
-        else:
+        elif not self.pace.rate_limited(lease, delay, status or 429, retry_after, headers):
             self.gate.cool_endpoint(ep.key, lease.host, max(delay, retry_after or 0.0))
 
     def banned(self, lease: Lease, status: int) -> None:
@@ -82,14 +87,11 @@ class Blame:
         """A challenge: the endpoint benched for the host longer than a 429 would, the host slowed for the pool."""
         ep, bench = lease.endpoint, self.config.challenge_bench
         self.gate.ban_endpoint(ep.key, lease.host, bench)
-        throttle = self.runtime.throttle
-        if throttle is not None and math.isfinite(lease.gap):
-            # The IP had been crawling the host and the site escalated: the pace is to blame, not
-            # one IP's spacing as a 429 may be. The host rate halves and concurrency is cut.
-            throttle.on_challenge(lease, delay)
-        else:
+        # The IP had been crawling the host and the site escalated: the pace is to blame, not
+        # one IP's spacing as a 429 may be. The host rate halves and concurrency is cut.
+        if not (math.isfinite(lease.gap) and self.pace.challenged(lease, delay)):
             # Its first request to the host: the site had flagged that IP before (the bench answers
-            # for it); the pace hears of it as of a 429.
+            # for it); the pace hears of it as of a 429 (no throttle: the pair cools).
             self.rate_limited(lease, response.status, delay, proxy_side=False)
         # Beyond a 429's slowdown: the whole pool waits a cooldown for this host.
         self.gate.pause_host(lease.host, delay)
@@ -105,8 +107,8 @@ class Blame:
     def identity_flagged(self, request: Request, lease: Lease, verdict: Verdict) -> None:
         """A challenge or ban marks the identity: the host's tier and the session hear of it."""
         bench = self.config.ban_duration if verdict.kind == "ban" else self.config.challenge_bench
-        if self.runtime.tiers is not None:
-            self.runtime.tiers.flagged(lease.host, lease.endpoint.key, bench)
+        if self.tiers is not None:
+            self.tiers.flagged(lease.host, lease.endpoint.key, bench)
         if self.blocked is not None:  # after the tiers: a host moved up a tier is not blocked
             self.blocked.benched(lease.host, lease.endpoint.key, bench)
         session = request.meta.get("polite_session")
@@ -168,10 +170,8 @@ class Blame:
 
     def _host_unanswered(self, host: str, park: bool, reason: str) -> None:
         """Several endpoints got no answer from *host*: slow the host down, or park it; the pool is fine."""
-        throttle = self.runtime.throttle
-        if throttle is not None:
-            done = throttle.unanswered(host, park)
-        else:
+        done = self.pace.unanswered(host, park)
+        if done is None:  # no throttle: the gate pauses the host itself
             seconds = self.config.park_time[0]
             self.gate.pause_host(host, seconds)
             done = f"paused {seconds:.0f} s"

@@ -28,6 +28,7 @@ from scrapy_polite.downloader.gate_events import GateEvents
 from scrapy_polite.downloader.identities import Identities
 from scrapy_polite.downloader.jobdir import dropped_at_close
 from scrapy_polite.downloader.maintenance import Maintenance
+from scrapy_polite.downloader.pace import Pace
 from scrapy_polite.downloader.proxy_meta import (
     LEASE_KEY,
     drop_inherited_slot,
@@ -38,10 +39,11 @@ from scrapy_polite.downloader.proxy_meta import (
     preset_proxy,
 )
 from scrapy_polite.downloader.recorder import Recorder
+from scrapy_polite.downloader.response_policy import ResponsePolicy, load_policy
 from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
 from scrapy_polite.errors import HostBlocked, NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.state import Lease
-from scrapy_polite.runtime import enabled_runtime
+from scrapy_polite.runtime import Runtime, enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -52,36 +54,41 @@ logger = logging.getLogger(__name__)
 
 
 class PoliteProxyMiddleware:
-    """Assigns each request an endpoint and holds it until the gates allow."""
+    """Assigns each request an endpoint and holds it until the gates allow.
 
-    def __init__(self, crawler: Crawler) -> None:
-        rt = enabled_runtime(crawler)
+    It builds the parts of the request path it owns (see docs/architecture.md, "Wiring"); the
+    throttle hears of each answer through the ``pace_*`` signals, the stats through ``outcome_recorded``.
+    """
+
+    def __init__(self, crawler: Crawler, runtime: Runtime, policy: ResponsePolicy) -> None:
         self.crawler = crawler
-        self.runtime = rt
-        self.config = rt.config
-        self.gate = rt.gate
+        self.config = runtime.config
+        self.gate = runtime.gate
         self.stats = crawler.stats
         self.maintenance = Maintenance(crawler, self.config, self.gate)
-        self.exit_ips = rt.exit_ips = ExitIps(crawler, self.config)
-        self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), rt.tiers)
+        self.exit_ips = ExitIps(crawler, self.config)
+        self.recorder = Recorder(crawler, self.exit_ips, requeue.Budgets.from_config(self.config), runtime.tiers)
         self.identities = Identities(crawler, self.config, self.gate)
-        self.blocked = BlockedHosts(rt, self.stats)
-        self.attempts = Attempts(rt, self.stats, Blame(crawler, rt, self.identities, self.blocked), self.recorder)
+        self.blocked = BlockedHosts(runtime, self.stats)
+        pace = Pace(crawler.signals)
+        blame = Blame(crawler, runtime, self.identities, pace, self.blocked)
+        self.attempts = Attempts(self.config, policy, pace, self.stats, blame, self.recorder)
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
-        rt.policy  # noqa: B018 - built now, so a POLITE_RESPONSE_POLICY that cannot be fails at start-up
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
-        rt.middleware = self
         polite_signals.connect(crawler, {
             signals.spider_opened: self._spider_opened,
             signals.spider_closed: self._spider_closed,
             signals.request_left_downloader: self._request_left,
             # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
             signals.request_dropped: self._request_left,
+            polite_signals.page_marked: self.marked,
         })
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:
-        return cls(crawler)
+        runtime = enabled_runtime(crawler)
+        # Built now, so a POLITE_RESPONSE_POLICY that cannot be fails at start-up.
+        return cls(crawler, runtime, load_policy(crawler, runtime.config.response_policy))
 
     # -- lifecycle --------------------------------------------------------
 
@@ -156,7 +163,7 @@ class PoliteProxyMiddleware:
         return self.attempts.answered(request, response, lease)
 
     def marked(self, response: Response, kind: str, reason: str) -> list[Request]:
-        """A page the spider's callback marked as a challenge or ban (``PoliteMarksMiddleware``)."""
+        """A page the spider's callback marked as a challenge or ban (``page_marked``, from ``PoliteMarksMiddleware``)."""
         request = response.request
         lease: Lease | None = request.meta.get(LEASE_KEY) if request is not None else None
         return [] if lease is None else self.attempts.marked(response, lease, kind, reason)

@@ -108,6 +108,20 @@ class ResponsePolicy:
         return None
 
 
+def load_policy(crawler: Crawler, path: str) -> ResponsePolicy:
+    """The ``POLITE_RESPONSE_POLICY`` class, built from the crawler (loaded by path, as Scrapy loads components)."""
+    from scrapy.utils.misc import build_from_crawler, load_object
+
+    from scrapy_polite.errors import PoliteConfigError
+
+    try:
+        cls = load_object(path)
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise PoliteConfigError("POLITE_RESPONSE_POLICY", path, f"an importable class path ({exc})") from None
+    policy: ResponsePolicy = build_from_crawler(cls, crawler)
+    return policy
+
+
 def _header_matches(p: ChallengePattern, headers: Any) -> bool:
     values = headers.getlist(p.header) if hasattr(headers, "getlist") else [headers.get(p.header)]
     for raw in values:

@@ -1,10 +1,8 @@
 """PoliteStats: what a proxied crawl actually got, per host and per endpoint.
 
 Counts come from :data:`scrapy_polite.signals.outcome_recorded`, one per
-request attempt. Memory is bounded whatever the length of the crawl:
-counters, fixed-size HDR histograms, a ring of per-second buckets for the
-sliding window, and caps on how many hosts, endpoints and exit IPs are
-tracked one by one (the rest are pooled under ``"(other)"``).
+request attempt, kept in the bounded tables of :mod:`~scrapy_polite.metrics.tables`
+(the rest are pooled under ``"(other)"``) whatever the length of the crawl.
 """
 
 from __future__ import annotations
@@ -12,192 +10,64 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter, deque
-from typing import TYPE_CHECKING, Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any, cast
 
-from hdrh.histogram import HdrHistogram
 from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
+from scrapy_polite.metrics.closing import close_off_thread, closing_values
+from scrapy_polite.metrics.fleet_publisher import Publisher, fleet_publisher
 from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
 from scrapy_polite.metrics.summary import format_summary
+from scrapy_polite.metrics.tables import (
+    MAX_ENDPOINTS,
+    MAX_EXIT_IPS,
+    MAX_EXIT_IPS_PER_HOST,
+    MAX_HOSTS,
+    Counts,
+    HostStats,
+    Window,
+    capped,
+    distinct,
+    histogram,
+    to_ms,
+)
 from scrapy_polite.metrics.top import OTHER, admit, key_name
-from scrapy_polite.runtime import enabled_runtime
+from scrapy_polite.runtime import Runtime, enabled_runtime
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_polite.gate.redis.backend import RedisGate
+
 
 logger = logging.getLogger(__name__)
-
-#: Latencies are recorded in milliseconds, 1 ms to 1 h, 3 significant digits
-#: (0.1 %) overall. Per host 2 digits (1 %) keep a histogram near 18 KB.
-_HIST_RANGE = (1, 3_600_000)
-_DIGITS_OVERALL = 3
-_DIGITS_HOST = 2
-#: Beyond these, names are pooled under OTHER so a broad crawl or a rotating
-#: gateway with millions of exits cannot grow memory without bound (hosts: the
-#: busiest MAX_HOSTS keep their rows, see :func:`~scrapy_polite.metrics.top.admit`).
-MAX_HOSTS = 500
-MAX_ENDPOINTS = 5000
-MAX_EXIT_IPS = 1024
-MAX_EXIT_IPS_PER_HOST = 256
-
-
-def _histogram(digits: int = _DIGITS_OVERALL) -> HdrHistogram:
-    return HdrHistogram(*_HIST_RANGE, digits)
-
-
-def _ms(seconds: float) -> int:
-    return min(_HIST_RANGE[1], max(0, int(seconds * 1000)))
-
-
-def _capped(table: dict[str, Any] | set[str], key: str, limit: int) -> str:
-    return key if key in table or len(table) < limit else OTHER
-
-
-def fold_top(table: dict[str, dict[str, Any]], n: int) -> tuple[dict[str, dict[str, Any]], int]:
-    """The *n* rows of *table* with the most attempts, plus one OTHER row summing the rest.
-
-    Returns (rows, how many names were folded into OTHER), so per-host and
-    per-endpoint stats stay at most *n* + 1 keys a kind however broad the crawl.
-    """
-    ranked = sorted(table, key=lambda k: (k == OTHER, -table[k]["attempts"], k))
-    top = {k: table[k] for k in ranked[:n] if k != OTHER}
-    rest = [table[k] for k in table if k not in top]
-    if not rest:
-        return top, 0
-    statuses: Counter[str] = Counter()
-    other: dict[str, Any] = {"attempts": 0, "success": 0, "statuses": statuses}
-    for row in rest:
-        other["attempts"] += row["attempts"]
-        other["success"] += row["success"]
-        statuses.update(row["statuses"])
-    top[OTHER] = other
-    return top, sum(k != OTHER for k in table) - (len(top) - 1)
-
-
-def _distinct(counter: Counter[str]) -> int:
-    """Distinct names tracked; the pooled OTHER bucket is not one of them."""
-    return len(counter) - (OTHER in counter)
-
-
-class _Window:
-    """Successes, 429s and attempts per second over the last *seconds* seconds."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = int(max(1, seconds))
-        self._buckets: deque[list[int]] = deque()  # [second, ok, rate_limited, total]
-
-    def add(self, now: float, ok: bool, rate_limited: bool = False) -> None:
-        sec = int(now)
-        if not self._buckets or self._buckets[-1][0] != sec:
-            self._buckets.append([sec, 0, 0, 0])
-        bucket = self._buckets[-1]
-        bucket[1] += ok
-        bucket[2] += rate_limited
-        bucket[3] += 1
-        self._trim(now)
-
-    def _trim(self, now: float) -> None:
-        while self._buckets and self._buckets[0][0] + 1 <= now - self.seconds:
-            self._buckets.popleft()
-
-    def rate_per_min(self, now: float, started: float) -> float:
-        """Successes per minute over ``(now - seconds, now]``; the oldest second counts pro rata."""
-        self._trim(now)
-        start = now - self.seconds
-        ok = sum(b[1] * min(1.0, b[0] + 1 - start) for b in self._buckets)
-        span = min(self.seconds, max(1e-9, now - started))
-        return ok * 60.0 / span
-
-
-class _Counts:
-    """Attempts, successes and answers of one host or endpoint."""
-
-    __slots__ = ("statuses", "ok", "total", "rate_limited", "bans", "challenges")
-
-    def __init__(self) -> None:
-        self.statuses: Counter[str] = Counter()
-        self.ok = 0
-        self.total = 0
-        self.rate_limited = 0
-        self.bans = 0
-        self.challenges = 0
-
-    def add(self, label: str, ok: bool, rate_limited: bool, ban: bool, challenge: bool = False) -> None:
-        self.statuses[label] += 1
-        self.total += 1
-        self.ok += ok
-        self.rate_limited += rate_limited
-        self.bans += ban
-        self.challenges += challenge
-
-    def merge(self, other: _Counts) -> None:
-        """Add *other*'s counts to these (a name folded into OTHER)."""
-        self.statuses.update(other.statuses)
-        self.ok += other.ok
-        self.total += other.total
-        self.rate_limited += other.rate_limited
-        self.bans += other.bans
-        self.challenges += other.challenges
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "attempts": self.total,
-            "success": self.ok,
-            "rate_limited": self.rate_limited,
-            "bans": self.bans,
-            "challenges": self.challenges,
-            "statuses": dict(self.statuses),
-        }
-
-
-class HostStats(_Counts):
-    """Per-host counts plus a latency histogram and requests per exit IP.
-
-    The histogram (about 18 KB) only for the first ``POLITE_STATS_TOP`` hosts:
-    a broad crawl's hosts keep their counts at a few hundred bytes each.
-    """
-
-    __slots__ = ("latency", "exit_ips")
-
-    def __init__(self, latency: bool = True) -> None:
-        super().__init__()
-        self.latency: HdrHistogram | None = _histogram(_DIGITS_HOST) if latency else None
-        self.exit_ips: Counter[str] = Counter()
-
-    def merge(self, other: _Counts) -> None:
-        super().merge(other)
-        if isinstance(other, HostStats):
-            for ip, n in other.exit_ips.items():
-                self.exit_ips[_capped(self.exit_ips, ip, MAX_EXIT_IPS_PER_HOST)] += n
-            if self.latency is not None and other.latency is not None:
-                self.latency.add(other.latency)
 
 
 class PoliteStats:
     """Exports ``polite/`` stats, a periodic log line, JSONL and Prometheus.
 
+    It hears each attempt through ``outcome_recorded``, and asks *runtime*'s gate for the
+    sessions, endpoint health and waiting requests it reports.
     """
 
-    def __init__(self, crawler: Crawler) -> None:
-        rt = enabled_runtime(crawler)
+    def __init__(self, crawler: Crawler, runtime: Runtime) -> None:
         self.crawler = crawler
-        self.config = rt.config
-        self.runtime = rt
+        self.config = runtime.config
+        self.runtime = runtime
         self.stats = crawler.stats
         self.started = time.time()
-        self.window = _Window(self.config.stats_window)
-        self.latency = _histogram()
-        self.wait = _histogram()
+        self.window = Window(self.config.stats_window)
+        self.latency = histogram()
+        self.wait = histogram()
         self.hosts: dict[str, HostStats] = {}
         #: Host rows folded into OTHER during the crawl (the table keeps 2 x MAX_HOSTS names at most).
         self._hosts_folded = 0
         self._host_histograms = 0  # hosts with a latency histogram (POLITE_STATS_TOP)
-        self.endpoints: dict[str, _Counts] = {}
+        self.endpoints: dict[str, Counts] = {}
         self.exit_ips: Counter[str] = Counter()
         self.exit_ip_sources: Counter[str] = Counter()
         self.exceptions: Counter[str] = Counter()
@@ -214,11 +84,12 @@ class PoliteStats:
         self._report_path = report_path(self.config.report_html, spider)
         self._loop: Any = None
         self._publish_loop: Any = None
+        #: Where the snapshots go for the ``fleet`` command, once the spider opens on a shared gate.
+        self._publisher: Publisher | None = None
         self._prom: Any = None
         # Names with series of their own in Prometheus (POLITE_STATS_TOP each); the rest share OTHER.
         self._prom_hosts: set[str] = set()
         self._prom_endpoints: set[str] = set()
-        rt.stats = self
         polite_signals.connect(crawler, {
             polite_signals.outcome_recorded: self.record,
             polite_signals.request_gave_up: self._gave_up,
@@ -229,14 +100,12 @@ class PoliteStats:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteStats:
-        return cls(crawler)
+        return cls(crawler, enabled_runtime(crawler))
 
     # -- recording --------------------------------------------------------
 
     def record(self, outcome: Outcome) -> None:
-        label = outcome.label
-        ok = outcome.success
-        limited = outcome.rate_limited
+        ok, limited = outcome.success, outcome.rate_limited
         ban, challenge = outcome.is_ban(self.config.ban_codes), outcome.challenge
         if outcome.revises:
             self._unrecord_page(outcome)
@@ -246,26 +115,34 @@ class PoliteStats:
         self.bans += ban
         self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
-        host = outcome.host
-        folded = admit(self.hosts, host, MAX_HOSTS, lambda: HostStats(latency=False))
+        folded = admit(self.hosts, outcome.host, MAX_HOSTS, lambda: HostStats(latency=False))
         if folded:
             self._hosts_folded += len(folded)
             self._fold_host_keys(folded)
-        endpoint = _capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
-        source = outcome.exit_ip_source or "unknown"
+        endpoint = capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
+        self._count_keys(outcome, endpoint)
+        h = self._count_rows(outcome, endpoint, ban)
+        if self._jsonl.path:
+            self._jsonl.write(outcome.to_dict())
+        if self._prom is not None:
+            self._observe_prometheus(outcome, endpoint, h)
+
+    def _count_keys(self, outcome: Outcome, endpoint: str | None) -> None:
+        """The attempt in the live ``polite/`` stats keys."""
+        host, source = outcome.host, outcome.exit_ip_source or "unknown"
         self.exit_ip_sources[source] += 1
         inc = self.stats.inc_value
         inc("polite/attempts")
-        inc(f"polite/status/{label}")
+        inc(f"polite/status/{outcome.label}")
         inc(f"polite/exit_ip_source/{source}")
-        if ok:
+        if outcome.success:
             inc("polite/success")
-        if limited:
+        if outcome.rate_limited:
             inc("polite/rate_limited")
             inc(f"polite/rate_limited/host/{host}")
             if endpoint:
                 inc(f"polite/rate_limited/endpoint/{key_name(endpoint)}")
-        if challenge:
+        if outcome.challenge:
             inc("polite/challenges")
             inc(f"polite/challenges/host/{host}")
             if endpoint:
@@ -276,37 +153,42 @@ class PoliteStats:
         if outcome.exception:
             self.exceptions[outcome.exception] += 1
             inc(f"polite/exception/{outcome.exception}")
-        h = self.hosts.get(host)
+
+    def _count_rows(self, outcome: Outcome, endpoint: str | None, ban: bool) -> HostStats:
+        """The attempt in its host's and endpoint's rows and in the histograms; returns the host's row."""
+        label, ok, limited, challenge = outcome.label, outcome.success, outcome.rate_limited, outcome.challenge
+        h = self.hosts.get(outcome.host)
         if h is None:
-            h = self.hosts[host] = HostStats(latency=self._host_histograms < self.config.stats_top)
+            h = self.hosts[outcome.host] = HostStats(latency=self._host_histograms < self.config.stats_top)
             self._host_histograms += h.latency is not None
         h.add(label, ok, limited, ban, challenge)
         if endpoint:
             e = self.endpoints.get(endpoint)
             if e is None:
-                e = self.endpoints[endpoint] = _Counts()
+                e = self.endpoints[endpoint] = Counts()
             e.add(label, ok, limited, ban, challenge)
         if outcome.exit_ip:
-            h.exit_ips[_capped(h.exit_ips, outcome.exit_ip, MAX_EXIT_IPS_PER_HOST)] += 1
-            self.exit_ips[_capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
+            h.exit_ips[capped(h.exit_ips, outcome.exit_ip, MAX_EXIT_IPS_PER_HOST)] += 1
+            self.exit_ips[capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
         if outcome.latency is not None:
-            ms = max(1, _ms(outcome.latency))
+            ms = max(1, to_ms(outcome.latency))
             self.latency.record_value(ms)
             if h.latency is not None:
                 h.latency.record_value(ms)
         if outcome.endpoint:
-            self.wait.record_value(_ms(outcome.wait))
-        if self._jsonl.path:
-            self._jsonl.write(outcome.to_dict())
-        if self._prom is not None:
-            top = self.config.stats_top
-            ph = _capped(self._prom_hosts, host, top)
-            pe = _capped(self._prom_endpoints, endpoint, top) if endpoint else None
-            self._prom_hosts.add(ph)
-            if pe is not None:
-                self._prom_endpoints.add(pe)
-            self._prom.observe(outcome, label, ph, pe, _distinct(h.exit_ips))
-            self._prom.set_rates(*self.pages_per_min(outcome.time))
+            self.wait.record_value(to_ms(outcome.wait))
+        return h
+
+    def _observe_prometheus(self, outcome: Outcome, endpoint: str | None, h: HostStats) -> None:
+        """The attempt in Prometheus: ``POLITE_STATS_TOP`` hosts and endpoints get series of their own."""
+        top = self.config.stats_top
+        ph = capped(self._prom_hosts, outcome.host, top)
+        pe = capped(self._prom_endpoints, endpoint, top) if endpoint else None
+        self._prom_hosts.add(ph)
+        if pe is not None:
+            self._prom_endpoints.add(pe)
+        self._prom.observe(outcome, outcome.label, ph, pe, distinct(h.exit_ips))
+        self._prom.set_rates(*self.pages_per_min(outcome.time))
 
     def _fold_host_keys(self, names: list[str]) -> None:
         """Move the live per-host stats keys of *names* to OTHER's, so their number stays bounded."""
@@ -386,13 +268,13 @@ class PoliteStats:
             "exceptions": dict(self.exceptions),
             **summary_fields(self.latency, "latency"),
             **summary_fields(self.wait, "wait"),
-            "exit_ips": _distinct(self.exit_ips),
+            "exit_ips": distinct(self.exit_ips),
             "requests_per_exit_ip": dict(self.exit_ips),
             "exit_ip_sources": dict(self.exit_ip_sources),
             "hosts": {
                 host: {
                     **h.as_dict(),
-                    "exit_ips": _distinct(h.exit_ips),
+                    "exit_ips": distinct(h.exit_ips),
                     "requests_per_exit_ip": dict(h.exit_ips),
                     **summary_fields(h.latency, "latency"),
                 }
@@ -416,6 +298,7 @@ class PoliteStats:
 
             from scrapy_polite.metrics.fleet import PUBLISH_INTERVAL
 
+            self._publisher = fleet_publisher(cast("RedisGate", self.runtime.gate))
             self._publish_loop = task.LoopingCall(self._publish)
             self._publish_loop.start(PUBLISH_INTERVAL, now=False)
         if self.config.prometheus_port is not None:
@@ -439,8 +322,8 @@ class PoliteStats:
     def _publish(self, finished: bool = False, summary: dict[str, Any] | None = None) -> None:
         from scrapy_polite.metrics.fleet import snapshot
 
-        if self.runtime.publisher is not None:
-            self.runtime.publisher(snapshot(self, finished, summary))
+        if self._publisher is not None:
+            self._publisher(snapshot(self, finished, summary))
 
     @property
     def prometheus_url(self) -> str | None:
@@ -472,7 +355,7 @@ class PoliteStats:
         if self._report_path and self._report_source:
             self._write_report(self._report_path, self._report_source, spider)
         prom, self._prom = self._prom, None
-        return None if prom is None else _close_off_thread(prom)
+        return None if prom is None else close_off_thread(prom)
 
     def _write_report(self, output: str, path: str, spider: Any) -> None:
         """POLITE_REPORT_HTML: the HTML report of this run's JSONL (its rotated ``.1`` file first)."""
@@ -487,44 +370,9 @@ class PoliteStats:
         logger.info("report of %d records written to %s", data.records, output)
 
     def _export(self, s: dict[str, Any], spider: Any) -> None:
-        set_value = self.stats.set_value
-        for key in ("pages_per_min", "pages_per_min_window", "success_rate", "exit_ips"):
-            set_value(f"polite/{key}", s[key])
-        for name in ("latency", "wait"):
-            for p in REPORTED:
-                if s[f"{name}_p{p}"] is not None:
-                    set_value(f"polite/{name}/p{p}", s[f"{name}_p{p}"])
-        for ip, n in s["requests_per_exit_ip"].items():
-            set_value(f"polite/exit_ip/{ip}", n)
-        top = self.config.stats_top
-        hosts, folded = fold_top(s["hosts"], top)
-        set_value("polite/hosts_folded", folded + self._hosts_folded)
-        for host, h in hosts.items():
-            prefix = f"polite/host/{host}"
-            for key in ("attempts", "success", "exit_ips"):
-                if key in h:
-                    set_value(f"{prefix}/{key}", h[key])
-            for label, n in h["statuses"].items():
-                set_value(f"{prefix}/status/{label}", n)
-            for p in REPORTED:
-                if h.get(f"latency_p{p}") is not None:
-                    set_value(f"{prefix}/latency/p{p}", h[f"latency_p{p}"])
-        endpoints, folded = fold_top(s["endpoints"], top)
-        set_value("polite/endpoints_folded", folded)
-        for ep, e in endpoints.items():
-            set_value(f"polite/endpoint/{key_name(ep)}/attempts", e["attempts"])
-            for label, n in e["statuses"].items():
-                set_value(f"polite/endpoint/{key_name(ep)}/status/{label}", n)
-        sessions, cap = s["sessions"], self.config.stats_sessions_map
-        if cap:
-            set_value("polite/sessions_map", dict(sorted(sessions.items())[:cap]))
-        set_value("polite/sessions_map_left_out", max(0, len(sessions) - cap))
+        """The closing ``polite/`` stats keys, and the summary table in the log."""
+        values = closing_values(s, self.config.stats_top, self._hosts_folded, self.config.stats_sessions_map)
+        for key, value in values.items():
+            self.stats.set_value(key, value)
         logger.info("scrapy-polite summary:\n%s", format_summary(s), extra={"spider": spider})
 
-
-async def _close_off_thread(prom: Any) -> None:
-    """Stopping the HTTP server takes up to its 0.5 s poll: not on the reactor thread."""
-    from scrapy.utils.defer import maybe_deferred_to_future
-    from twisted.internet.threads import deferToThread
-
-    await maybe_deferred_to_future(deferToThread(prom.close))

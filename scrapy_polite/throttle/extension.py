@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
+from scrapy_polite.downloader.pace import throttle_handlers
 from scrapy_polite.runtime import enabled_runtime, get_runtime
 from scrapy_polite.throttle.events import evidence_text, throttle_events
 from scrapy_polite.throttle.policy import ThrottlePolicy
@@ -33,7 +34,8 @@ class HostThrottle:
         rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
-        rt.throttle = self.policy
+        # The middleware tells what each answer said through the pace signals.
+        polite_signals.connect(crawler, throttle_handlers(self.policy))
         # Bounded as the host memory: a host's Crawl-delay outlives its eviction there.
         self._robots_seen: OrderedDict[str, None] = OrderedDict()
         self._robots_max = max(1, rt.config.host_memory)

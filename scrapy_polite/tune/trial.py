@@ -20,13 +20,15 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.errors import SpiderClosing
-from scrapy_polite.runtime import get_runtime
+from scrapy_polite.runtime import Runtime, get_runtime
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
     from scrapy_polite.metrics.outcome import Outcome
+    from scrapy_polite.metrics.stats import PoliteStats
+    from scrapy_polite.throttle.policy import ThrottlePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +44,15 @@ _NOT_SENT = frozenset({"NoUsableEndpoints", "SessionEndpointLost"})
 
 
 class TrialGuard:
-    """Caps a trial crawl at its request allowance and stops it at the first ban."""
+    """Caps a trial crawl at its request allowance and stops it at the first ban.
 
-    def __init__(self, crawler: Crawler) -> None:
+    Its result reads the crawl's *stats* and the rate the *throttle* met (None when either
+    extension is not enabled).
+    """
+
+    def __init__(
+        self, crawler: Crawler, runtime: Runtime, stats: PoliteStats | None, throttle: ThrottlePolicy | None
+    ) -> None:
         settings = crawler.settings
         path = settings.get(FILE_SETTING)
         if not path:
@@ -72,11 +80,12 @@ class TrialGuard:
         self._closing = False
         self._loop: Any = None
         self._opened_at = time.time()
-        rt = get_runtime(crawler)
-        self.runtime = rt
-        self.ban_codes = rt.config.ban_codes
+        self.runtime = runtime
+        self.stats = stats
+        self.throttle = throttle
+        self.ban_codes = runtime.config.ban_codes
         # Requests admitted but still waiting at the gate get this long to be sent.
-        self.grace = max(5.0, 2 * rt.config.delay[1])
+        self.grace = max(5.0, 2 * runtime.config.delay[1])
         polite_signals.connect(crawler, {
             polite_signals.outcome_recorded: self._outcome,
             polite_signals.request_rate_limited: self._rate_limited,
@@ -87,7 +96,13 @@ class TrialGuard:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> TrialGuard:
-        return cls(crawler)
+        # Extensions are built before downloader middlewares: the stats and the throttle exist already.
+        from scrapy_polite.metrics.stats import PoliteStats
+        from scrapy_polite.throttle.extension import HostThrottle
+
+        host_throttle = crawler.get_extension(HostThrottle)
+        return cls(crawler, get_runtime(crawler), crawler.get_extension(PoliteStats),
+                   host_throttle.policy if host_throttle is not None else None)
 
     # -- the allowance --------------------------------------------------------
 
@@ -156,7 +171,7 @@ class TrialGuard:
     def _closed(self, spider: Any, reason: str) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
-        stats = self.runtime.stats
+        stats = self.stats
         summary = stats.summary() if stats is not None else {}
         started = stats.started if stats is not None else self._opened_at
         # Successful pages/min from the spider's start to its last answer: the
@@ -201,6 +216,6 @@ class TrialGuard:
             state = self.runtime.gate.host(host)
         except Exception:  # a shared gate that cannot answer now: no state to report
             return None
-        throttle = self.runtime.throttle
+        throttle = self.throttle
         return {"host": host, "delay": list(state.delay), "concurrency": state.limit,
                 "interval": state.interval, "limit_met": throttle.limit_met(host) if throttle else None}
