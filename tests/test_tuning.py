@@ -12,7 +12,8 @@ from scrapy.settings import Settings
 
 from scrapy_polite.cli.tune import Command, _check_project
 from scrapy_polite.tune.output import format_row, settings_lines
-from scrapy_polite.tune.tuner import Trial, TrialResult, TrialSettings, Tuner
+from scrapy_polite.tune.tuner import Tuner
+from scrapy_polite.tune.values import Trial, TrialResult, TrialSettings
 
 START = TrialSettings(2, (0.8, 1.6))
 Site = Callable[[TrialSettings, int], TrialResult]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from scrapy_polite.tune.tuner import Trial
+    from scrapy_polite.tune.values import Trial
 
 #: A trial that served more than this many times a suspected rate disproves it.
 _DISPROVED_ABOVE = 1.15
