@@ -78,6 +78,9 @@ class TrialResult:
     throttled_interval: float = 0.0
     #: The rate the throttle holds the host to (req/s; ``None``: it never refused the pool).
     throttled_limit: float | None = None
+    #: The highest rate (req/s) the site answered the host cleanly, many answers in a row, after its
+    #: first 429 (``None``: no such run; see :mod:`scrapy_polite.tune.served`).
+    served_rate: float | None = None
 
     @property
     def host_rate_limit(self) -> float | None:
@@ -127,6 +130,7 @@ class TrialResult:
             throttled_host=throttle.get("host"),
             throttled_interval=float(throttle.get("interval") or 0.0),
             throttled_limit=float(throttle["limit_met"]) if throttle.get("limit_met") else None,
+            served_rate=float(throttle["served"]) if throttle.get("served") else None,
         )
 
 
