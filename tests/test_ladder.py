@@ -145,7 +145,7 @@ async def test_a_custom_policy_is_honoured_by_stats_tune_and_report(sandbox, tmp
     assert out["first_ban"]["url"].endswith("/item/5")
     assert out["summary"]["challenges"] == 1
     # The tuner reads that trial as blocked: its settings are never recommended.
-    from scrapy_polite.tune.tuner import TrialResult
+    from scrapy_polite.tune.values import TrialResult
 
     assert TrialResult.from_trial_file(out).blocked
 

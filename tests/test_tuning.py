@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import pytest
 from scrapy.exceptions import UsageError
@@ -12,7 +12,8 @@ from scrapy.settings import Settings
 
 from scrapy_polite.cli.tune import Command, _check_project
 from scrapy_polite.tune.output import format_row, settings_lines
-from scrapy_polite.tune.tuner import Trial, TrialResult, TrialSettings, Tuner
+from scrapy_polite.tune.tuner import Tuner
+from scrapy_polite.tune.values import Trial, TrialResult, TrialSettings
 
 START = TrialSettings(2, (0.8, 1.6))
 Site = Callable[[TrialSettings, int], TrialResult]
@@ -490,3 +491,51 @@ def test_a_host_wide_limit_is_reported_with_how_sure_it_is() -> None:
     disproved = host_limit_finding([_ran(1, 40, 4.0), _ran(2, 38, 8.0, 1 / 6.43, 1)])
     assert disproved is not None and disproved.startswith("Host-wide limit: none found")
     assert "trial 1 was served 10.00 successful requests/s" in disproved
+
+
+def _answers(start: float, gaps: list[float], limited_at: Collection[int] = ()) -> list[tuple[float, bool, bool]]:
+    """(time, clean, rate-limited) of answers *gaps* apart; those at *limited_at* are 429s."""
+    out, at = [], start
+    for i, gap in enumerate(gaps):
+        at += gap
+        out.append((at, i not in limited_at, i in limited_at))
+    return out
+
+
+def test_the_served_rate_counts_clean_runs_after_the_first_429_only() -> None:
+    from scrapy_polite.tune.served import SUSTAINED, settled_rate
+
+    # A start-up burst answered fast and clean says nothing: no 429 yet, no rate.
+    assert settled_rate(_answers(0.0, [0.01] * 40)) is None
+    # After the first 429: the site answered every 0.4 s, then every 0.5 s.
+    timeline = _answers(0.0, [0.01] * 5 + [0.4] * (SUSTAINED + 2) + [0.5] * 20, limited_at={4})
+    assert settled_rate(timeline) == pytest.approx(1 / 0.4)
+    # A 429 inside every run of SUSTAINED clean answers: no rate the site allowed.
+    broken = _answers(0.0, [0.2] * 40, limited_at={0, *range(SUSTAINED - 1, 40, SUSTAINED - 1)})
+    assert settled_rate(broken) is None
+
+
+def _met(index: int, success: int, seconds: float, limit: float, served: float | None) -> Trial:
+    trial = Trial(index, START, "start" if index == 1 else "POLITE_DELAY down", None, 40)
+    trial.result = TrialResult(sent=40, attempts=40, success=success, rate_limited=4, seconds=seconds,
+                               throttled_host="a.example", throttled_limit=limit, served_rate=served)
+    return trial
+
+
+def test_a_host_wide_limit_is_reported_at_the_rate_the_site_served() -> None:
+    """The throttle's figure at a trial's end is one estimate; what the site served cleanly once
+    the throttle had met the limit is measured, and the highest of any trial is reported."""
+    from scrapy_polite.tune.findings import host_limit_finding
+
+    finding = host_limit_finding([_met(1, 30, 15.0, 2.24, 2.6), _met(2, 30, 14.0, 2.9, 2.8)])
+    assert finding is not None and finding.startswith("Host-wide limit: in trial 2 the throttle held a.example to 2.80")
+    assert "2 of 2 trial(s) met it at 2.60-2.80" in finding
+    # A trial whose throttle cut deep early holds the host far under the limit: the others' faster
+    # trials drop its figure, not the limit they met.
+    deep = host_limit_finding([_met(1, 33, 15.0, 2.7, 2.7), _met(2, 15, 20.0, 1.1, 0.9)])
+    assert deep is not None and deep.startswith("Host-wide limit: in trial 1 the throttle held a.example to 2.70")
+    assert "1 of 2 trial(s) met it" in deep
+    data = {"sent": 40, "summary": {"success": 30}, "seconds": 15.0,
+            "throttle": {"host": "a.example", "delay": [2.0, 4.0], "interval": 0.4, "limit_met": 2.7,
+                         "served": 2.6}}
+    assert TrialResult.from_trial_file(data).served_rate == 2.6

@@ -3,19 +3,17 @@
 The search itself (what to try next, what to recommend) is in
 :mod:`scrapy_polite.tune.tuner`; the crawl side of a trial (its request
 allowance, its stop on the first ban, its result file) is in
-:mod:`scrapy_polite.tune.trial`. This module is the command around them: options,
-checks of the project, running the trials and printing the table.
+:mod:`scrapy_polite.tune.trial`, and the child process that runs it in
+:mod:`scrapy_polite.tune.runner`. This module is the command around them: checks
+of the project, running the trials and printing the table; its options are in
+:mod:`scrapy_polite.cli.tune_options`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +22,14 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.conf import arglist_to_dict
 
 from scrapy_polite.cli import enables_addon
+from scrapy_polite.cli.tune_options import OPTIONS
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.tune.findings import host_limit_finding
 from scrapy_polite.tune.output import HEADER, format_row, settings_lines
+from scrapy_polite.tune.runner import TrialRunner, log_tail
 from scrapy_polite.tune.trial import FILE_SETTING, REQUESTS_SETTING
-from scrapy_polite.tune.tuner import Trial, TrialResult, TrialSettings, Tuner
+from scrapy_polite.tune.tuner import Tuner
+from scrapy_polite.tune.values import TrialResult, TrialSettings
 
 #: Settings each trial sets itself; giving them with -s would be silently overridden.
 TUNED = (
@@ -39,8 +40,6 @@ TUNED = (
     FILE_SETTING,
     REQUESTS_SETTING,
 )
-#: A trial still running this long after --trial-seconds is killed.
-KILL_AFTER = 60.0
 
 
 class Command(ScrapyCommand):
@@ -71,7 +70,7 @@ class Command(ScrapyCommand):
         parser.add_argument("-a", dest="spargs", action="append", default=[], metavar="NAME=VALUE",
                             help="spider argument, passed to every trial (may be repeated)")
         group = parser.add_argument_group(title="Tuning")
-        for flag, metavar, default, _, help_text in _OPTIONS:
+        for flag, metavar, default, _, help_text in OPTIONS:
             group.add_argument(flag, metavar=metavar, default=default, help=help_text)
         group.add_argument("--logs", metavar="DIR", default=None,
                            help="keep each trial's log, stats JSONL and result in DIR")
@@ -88,7 +87,7 @@ class Command(ScrapyCommand):
                 f"{', '.join(clashing)} is set by each trial; use --start-delay / --start-concurrency "
                 "to choose where the search starts", print_help=False,
             )
-        for flag, _, _, read, _ in _OPTIONS:
+        for flag, _, _, read, _ in OPTIONS:
             dest = flag[2:].replace("-", "_")
             if getattr(opts, dest) is not None:
                 setattr(opts, dest, read(flag, getattr(opts, dest)))
@@ -216,131 +215,10 @@ def _search(tuner: Tuner, runner: TrialRunner, out: _Printer) -> int:
             break
         out(format_row(trial))
         if (result.error is not None or trial.verdict in ("no answers", "no pages")) and runner.last_log:
-            out(_tail(runner.last_log))
+            out(log_tail(runner.last_log))
     out("")
     out(f"Used {tuner.used} of {tuner.budget} requests in {len(tuner.trials)} trial(s). Stopped: {tuner.stopped}.")
     return 130 if interrupted else (1 if any(t.result and t.result.error for t in tuner.trials) else 0)
-
-
-class TrialRunner:
-    """Runs one trial as a child ``scrapy crawl`` process and reads its result file.
-
-    Why a child process per trial, not ``CrawlerProcess`` in this one: a
-    Twisted reactor cannot be restarted, so sequential crawls in one process
-    need ``CrawlerRunner`` chains on one reactor, and the asyncio reactor,
-    the add-on's start-up checks and module-level state of the user's
-    project (spiders, middlewares, extensions) would then be shared from one
-    trial to the next. A child starts fresh every time, is exactly the crawl
-    the user runs (``scrapy crawl`` with the project's settings, their
-    ``-s`` and ``-a``, plus the trial's), works in any project and with any
-    reactor setting, and can be killed if it hangs without taking the
-    command down with it. The cost is Scrapy's start-up time per trial,
-    which is not counted in the trial's pages/min.
-    """
-
-    def __init__(
-        self,
-        spider: str,
-        spargs: list[str],
-        user_settings: list[str],
-        trial_seconds: float,
-        workdir: Path,
-    ) -> None:
-        self.spider = spider
-        self.spargs = list(spargs)
-        self.user_settings = list(user_settings)
-        self.trial_seconds = trial_seconds
-        self.workdir = workdir
-        self.last_log: Path | None = None
-        self.last_result: TrialResult | None = None
-        #: Index of the last trial whose process was started.
-        self.started = 0
-
-    def command(self, trial: Trial) -> list[str]:
-        n = trial.index
-        overrides: dict[str, str] = {
-            **trial.settings.settings(),
-            "POLITE_ADAPTIVE": "False",
-            FILE_SETTING: str(self.workdir / f"trial-{n}.json"),
-            REQUESTS_SETTING: str(trial.allowance),
-            "CLOSESPIDER_TIMEOUT": f"{self.trial_seconds:g}",
-            "POLITE_STATS_JSONL": str(self.workdir / f"trial-{n}.jsonl"),
-            # A trial measures the site: no cache in front of it, no state carried over between trials,
-            # nothing stored. The log goes to stderr, which is kept in trial-N.log.
-            "HTTPCACHE_ENABLED": "False",
-            "JOBDIR": "",
-            "FEEDS": "{}",
-            "ITEM_PIPELINES": "{}",
-            "LOG_FILE": "",
-        }
-        cmd = [sys.executable, "-m", "scrapy", "crawl", self.spider]
-        for arg in self.spargs:
-            cmd += ["-a", arg]
-        for setting in self.user_settings:
-            cmd += ["-s", setting]
-        for name, value in overrides.items():
-            cmd += ["-s", f"{name}={value}"]
-        return cmd
-
-    def run(self, trial: Trial) -> tuple[TrialResult, float]:
-        """The trial's result and when its last Retry-After window closes (wall time)."""
-        n = trial.index
-        result_path = self.workdir / f"trial-{n}.json"
-        log_path = self.workdir / f"trial-{n}.log"
-        result_path.unlink(missing_ok=True)
-        (self.workdir / f"trial-{n}.jsonl").unlink(missing_ok=True)
-        self.last_log = log_path
-        self.last_result = None
-        error: str | None = None
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(self.command(trial), stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-            self.started = n
-            try:
-                rc = proc.wait(timeout=self.trial_seconds + KILL_AFTER)
-            except subprocess.TimeoutExpired:
-                error = f"still running {self.trial_seconds + KILL_AFTER:g} s after it started; killed"
-                _stop(proc)
-                rc = proc.returncode
-            except KeyboardInterrupt:
-                # The child got the same Ctrl-C: let it write its result.
-                try:
-                    proc.wait(timeout=30)
-                except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                    _stop(proc)
-                self.last_result = _read_result(result_path)[0]
-                raise
-        result, cooldown_until = _read_result(result_path)
-        if result is None:
-            result = TrialResult(sent=None, error=error or f"no result (exit code {rc}), see {log_path.name}")
-        elif error is not None:
-            result.error = error
-        return result, cooldown_until
-
-
-def _read_result(path: Path) -> tuple[TrialResult | None, float]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return TrialResult.from_trial_file(data), float(data.get("cooldown_until") or 0.0)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, 0.0
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\n".join("    | " + line for line in text)
 
 
 def _spider_settings(settings: Any, spider: str) -> Any:
@@ -380,75 +258,6 @@ def _check_project(settings: Any, spider: str) -> tuple[int, int]:
     if not config.enabled:
         raise UsageError("POLITE_ENABLED is False: there is nothing to tune", print_help=False)
     return len(config.endpoints), config.endpoint_concurrency
-
-
-def _int_option(name: str, value: Any, minimum: int) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}", print_help=False) from None
-    if number < minimum:
-        raise UsageError(f"{name} must be a whole number >= {minimum}, got {value!r}", print_help=False)
-    return number
-
-
-def _float_option(name: str, value: Any, minimum: float) -> float:
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = float("nan")
-    if not number >= minimum or number == float("inf"):
-        raise UsageError(f"{name} must be a number of seconds >= {minimum:g}, got {value!r}", print_help=False)
-    return number
-
-
-def _rate_option(name: str, value: Any) -> float:
-    text = str(value).strip()
-    try:
-        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        number = float("nan")
-    if not 0 <= number < 1:
-        raise UsageError(f"{name} must be a share between 0 and 1 (or 0% to 99%), got {value!r}", print_help=False)
-    return number
-
-
-def _delay_option(name: str, value: Any) -> tuple[float, float]:
-    from scrapy.settings import BaseSettings
-
-    from scrapy_polite.settings.config import _Reader
-
-    raw: Any = str(value).strip()
-    try:
-        raw = float(raw)  # one number d means (2d/3, 4d/3), as in POLITE_DELAY
-    except ValueError:
-        pass
-    try:
-        low, high = _Reader(BaseSettings({"POLITE_DELAY": raw})).range("POLITE_DELAY", positive=True)
-    except PoliteConfigError:
-        raise UsageError(
-            f"{name} must be MIN,MAX seconds with 0 < MIN <= MAX (or one number), got {value!r}",
-            print_help=False,
-        ) from None
-    return (round(low, 2), round(high, 2))
-
-
-#: The tuning options: flag, metavar, default, reader (flag, text -> value), help.
-_OPTIONS: tuple[tuple[str, str, str | None, Callable[[str, Any], Any], str], ...] = (
-    ("--budget", "N", "600", lambda n, v: _int_option(n, v, 1),
-     "most requests sent to the site, all trials together (default 600)"),
-    ("--trial-requests", "N", "100", lambda n, v: _int_option(n, v, 10), "most requests per trial (default 100)"),
-    ("--trial-seconds", "S", "60", lambda n, v: _float_option(n, v, 5.0), "longest trial, in seconds (default 60)"),
-    ("--max-429-rate", "R", "5%", _rate_option,
-     "highest acceptable share of 429 answers, e.g. 5%% or 0.05 (default 5%%)"),
-    ("--min-gain", "R", "5%", _rate_option, "how much faster a trial must be to replace the best one (default 5%%)"),
-    ("--start-concurrency", "N", "2", lambda n, v: _int_option(n, v, 1),
-     "POLITE_HOST_CONCURRENCY of the first trial (default 2)"),
-    ("--start-delay", "MIN,MAX", "0.8,1.6", _delay_option, "POLITE_DELAY of the first trial (default 0.8,1.6)"),
-    ("--max-concurrency", "N", None, lambda n, v: _int_option(n, v, 1),
-     "highest POLITE_HOST_CONCURRENCY to try (default endpoints x POLITE_ENDPOINT_CONCURRENCY, "
-     "at most CONCURRENT_REQUESTS)"),
-)
 
 
 class _Printer:

@@ -254,13 +254,12 @@ def build_response(
     keep_alive: bool = True,
     head_only: bool = False,
     reason: str | None = None,
-    content_length: bool = True,
 ) -> bytes:
     """Serialise a full response with a correct ``Content-Length``."""
     hdrs = headers if isinstance(headers, Headers) else Headers(list(headers or []))
     hdrs = Headers(list(hdrs.items))
     no_body_status = 100 <= status < 200 or status in (204, 304)
-    if content_length and not no_body_status and (hdrs.get("content-length") is None or not head_only):
+    if not no_body_status and (hdrs.get("content-length") is None or not head_only):
         hdrs.set("Content-Length", str(len(body)))
     hdrs.set("Connection", "keep-alive" if keep_alive else "close")
     line = f"HTTP/1.1 {status} {reason or reason_phrase(status)}\r\n".encode("latin-1")

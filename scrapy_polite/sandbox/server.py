@@ -25,9 +25,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from .common import JsonlLog
 from .config import FAILURE_MODES, SandboxConfig
+from .gateway import GatewayServer
 from .http import Headers, Request, build_response, serve_requests
-from .proxy import GatewayServer, ProxyServer, nth_address
-from .site import Site, make_self_signed
+from .proxy import ProxyServer, nth_address
+from .site import Site
+from .tls import make_self_signed
 
 ACCESS_LOG = "access.jsonl"
 PROXY_LOG = "proxy.jsonl"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_polite.tune.tuner import _num
+from scrapy_polite.tune.values import num_text
 
 if TYPE_CHECKING:
-    from scrapy_polite.tune.tuner import Trial, TrialSettings
+    from scrapy_polite.tune.values import Trial, TrialSettings
 
 
 HEADER = (
@@ -36,5 +36,5 @@ def settings_lines(settings: TrialSettings, endpoint_concurrency: int) -> list[s
     return [
         f"POLITE_HOST_CONCURRENCY = {settings.host_concurrency}",
         f"POLITE_ENDPOINT_CONCURRENCY = {endpoint_concurrency}",
-        f"POLITE_DELAY = ({_num(settings.delay[0])}, {_num(settings.delay[1])})",
+        f"POLITE_DELAY = ({num_text(settings.delay[0])}, {num_text(settings.delay[1])})",
     ]

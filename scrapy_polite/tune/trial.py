@@ -21,6 +21,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.errors import SpiderClosing
 from scrapy_polite.runtime import Runtime, get_runtime
+from scrapy_polite.tune.served import settled_rate
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -76,6 +77,8 @@ class TrialGuard:
         self.paced_attempts = 0
         self.paced_rate_limited = 0
         self.statuses: Counter[str] = Counter()
+        #: (host, time, clean, rate-limited) of every answer, in order: the rate each host was served.
+        self._answers: list[tuple[str, float, bool, bool]] = []
         self.cooldown_until = 0.0
         self._closing = False
         self._loop: Any = None
@@ -132,6 +135,8 @@ class TrialGuard:
             self.paced_attempts += 1
             self.paced_rate_limited += outcome.rate_limited
         self.statuses[outcome.label] += 1
+        if not outcome.revises:  # a revision is no new answer
+            self._answers.append((outcome.host, outcome.time, outcome.success, outcome.rate_limited))
         # The response policy's verdict: a challenge is as much a sign of blocking as a ban.
         if (outcome.is_ban(self.ban_codes) or outcome.challenge) and self.first_ban is None:
             self.first_ban = {"url": outcome.url, "status": outcome.status, "endpoint": outcome.endpoint,
@@ -207,7 +212,8 @@ class TrialGuard:
         os.replace(tmp, self.path)
 
     def _throttle_state(self, summary: dict[str, Any]) -> dict[str, Any] | None:
-        """Where the throttle left the busiest host: the spacing the site let it keep."""
+        """Where the throttle left the busiest host: the spacing the site let it keep, and the rate
+        the site served it cleanly once the throttle had met its limit."""
         hosts = summary.get("hosts") or {}
         if not hosts:
             return None
@@ -217,5 +223,7 @@ class TrialGuard:
         except Exception:  # a shared gate that cannot answer now: no state to report
             return None
         throttle = self.throttle
+        served = settled_rate((at, clean, limited) for h, at, clean, limited in self._answers if h == host)
         return {"host": host, "delay": list(state.delay), "concurrency": state.limit,
-                "interval": state.interval, "limit_met": throttle.limit_met(host) if throttle else None}
+                "interval": state.interval, "limit_met": throttle.limit_met(host) if throttle else None,
+                "served": served}
