@@ -20,11 +20,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from statistics import median
 
-from scrapy_polite.throttle.history import Level, RateHistory
+from scrapy_polite.throttle.history import Answers, Level, RateHistory, Windows
+from scrapy_polite.throttle.latency import LatencyWatch
 from scrapy_polite.throttle.params import DEFAULT, Params
-from scrapy_polite.throttle.quota import Scope
+from scrapy_polite.throttle.quota import Stated
 from scrapy_polite.throttle.values import CHALLENGE, OK, OVERLOAD, Bounds, Limits, Sample
 
 
@@ -56,13 +56,9 @@ class HostController:
     independent: bool = False
     #: The rate a chain of cuts began from (what cuts that did not help are taken back to).
     chain_from: float = 0.0
-    quota_rate: float | None = None
-    quota_scope: Scope = field(default_factory=Scope)
-    quota_until: float = 0.0
-    reset_at: float | None = None
+    quota: Stated = field(default_factory=Stated)
     level: Level = field(default_factory=Level)
-    #: (answered at, answered cleanly) of recent answers, oldest first.
-    sent: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=4096))
+    sent: Answers = field(init=False)
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
@@ -71,14 +67,14 @@ class HostController:
     refused_at: float = 0.0
     #: (since, rate) of the recent rates in force, oldest first.
     history: RateHistory = field(default_factory=RateHistory)
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=8))
-    #: The median latency the last latency cut was made at (0: the last cut was not one).
-    queued: float = 0.0
-    baseline: float = math.inf
+    latency: LatencyWatch = field(init=False)
     overloads: deque[tuple[float, str]] = field(default_factory=deque)
-    deadlines: deque[tuple[float, float, str]] = field(default_factory=lambda: deque(maxlen=64))
-    #: (from, until) of the recent pauses this controller set.
-    pauses: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=32))
+    windows: Windows = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.latency = LatencyWatch(self.params.latency_factor, self.params.latency_margin)
+        self.windows = Windows(self.params.window_tolerance)
+        self.sent = Answers(self.born, self.params.lookback, self.params.min_answers)
 
     @classmethod
     def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
@@ -107,7 +103,7 @@ class HostController:
     def _observe(self, s: Sample) -> str | None:
         current = s.sent_at > self.cut_at  # sent at the rate since the last cut: this level's
         self.level.answers += current
-        self.sent.append((s.now, s.kind == OK))
+        self.sent.add(s.now, s.kind == OK)
         stated = self._stated(s) if s.quota is not None else None
         if s.kind == OK:
             return self._clean(s) or stated
@@ -148,16 +144,15 @@ class HostController:
 
     def _clean(self, s: Sample) -> str | None:
         self.clean.append(s.sent_at)
-        if s.latency is not None and self._slower(s.latency) and s.sent_at >= self.cut_at:
-            # A queue still draining after a cut keeps latency high but falling: only a queue that
-            # still grows (latency no lower than at the last latency cut) is cut again.
-            # Nor does it grow while the queue drains.
-            now_median = median(self.latencies)
-            if now_median < self.queued:
-                return None
-            cut = self._cut(s, f"latency {now_median:.2f} s, baseline {self.baseline:.2f} s", 1, 0.0)
-            self.queued = now_median
-            return cut
+        watch = self.latency
+        queue = watch.add(s.latency) if s.latency is not None else None
+        if queue == "grows" and s.sent_at >= self.cut_at:
+            at = watch.median() or 0.0
+            why = self._cut(s, f"latency {at:.2f} s, baseline {watch.baseline:.2f} s", 1, 0.0)
+            watch.cut(at)
+            return why
+        if queue == "drains":
+            return None  # the queue a latency cut left at the site drains before the rate grows
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
                 or (self.level.refused and not self.independent) or not self._in_use(s.now, self.rate)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
@@ -172,8 +167,7 @@ class HostController:
     def _climb(self, now: float, new: float, why: str) -> str | None:
         assert self.rate is not None
         top = self.bounds.max_rate()
-        if self.quota_rate is not None and now < self.quota_until:
-            top = min(top, self.quota_rate)
+        top = min(top, self.quota.binds(now) or math.inf)
         if new >= top and not self.bounds.adaptive:
             self.rate = None  # the band binds again: no host rate of its own
             self.changed_at = now
@@ -298,8 +292,7 @@ class HostController:
         self.measured = measured
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.starting = False
-        self.latencies.clear()
-        self.queued = 0.0
+        self.latency.cut()
         share = self.level.share()
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
@@ -317,13 +310,13 @@ class HostController:
         (TCP's congestion-window validation)."""
         if self.bounds.shared:
             return True  # a part of the traffic says nothing of the whole: the gate's waiting does
-        sent = self._sent_rate(now)
+        sent = self.sent.rate(now)
         return sent is not None and sent >= 0.8 * rate
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
         """The rate the site answered cleanly over the last lookback, and whether it refused more of
         what was sent than a cut gives up (a cut then falls under what the site accepted)."""
-        counted = self._counts(now)
+        counted = self.sent.counts(now)
         if counted is None:
             return None, False
         sent, clean, span = counted
@@ -332,100 +325,45 @@ class HostController:
         return clean / span, clean < self.params.beta * sent
 
     def _pause(self, now: float, until: float) -> None:
-        if until > self.paused_until:
-            self.pauses.append((max(now, self.paused_until), until))
-            self.paused_until = until
-
-    def _paused(self, since: float, now: float) -> float:
-        """Seconds of [since, now] the host was paused by this controller."""
-        return sum(max(0.0, min(b, now) - max(a, since)) for a, b in self.pauses)
-
-    def _sent_rate(self, now: float) -> float | None:
-        counted = self._counts(now)
-        return None if counted is None else counted[0] / counted[2]
-
-    def _counts(self, now: float) -> tuple[int, int, float] | None:
-        """Answers and clean answers over the last lookback, or over the last ``min_answers``
-        answers when the lookback holds fewer, and its seconds. Counted when they come: a site that
-        queues instead of refusing accepts what it answers, not what it was sent."""
-        p = self.params
-        if len(self.sent) < p.min_answers:
-            return None  # too few answers to say
-        since = min(now - p.lookback, self.sent[-p.min_answers][0])
-        if since < self.born:
-            return None  # the host's first seconds: a start-up burst says nothing of a rate
-        sent = clean = 0
-        for at, ok in reversed(self.sent):
-            if at < since:
-                break
-            sent += 1
-            clean += ok
-        return sent, clean, max(now - since, 1e-3)
+        self.paused_until = max(self.paused_until, until)
 
     def _window(self, s: Sample, ra: float) -> str | None:
-        """Two IPs told to come back at the same moment, asked at different moments: a window
-        resets then. The host waits for it, and the budget a window held is spread over the next."""
-        tol = self.params.window_tolerance
-        deadline = s.now + ra
-        met = next((d for t, d, ep in self.deadlines
-                    if ep != s.endpoint and abs(d - deadline) < tol and s.now - t >= tol), None)
-        self.deadlines.append((s.now, deadline, s.endpoint))
-        if met is None:
+        """A window's reset (:class:`Windows`): the host waits for it, and the budget a window
+        held is spread over the next."""
+        found = self.windows.stated(s.endpoint, s.now, s.now + ra)
+        if found is None:
             return None
-        reset = max(met, deadline)
-        if self.reset_at is not None and reset - self.reset_at < tol:
-            return None  # this window's reset is known already
+        reset, previous = found
         self._pause(s.now, reset)
         why = f"window resets in {reset - s.now:.1f} s: host paused until then"
-        if self.reset_at is not None:
-            length = reset - self.reset_at
-            budget = sum(1 for t in self.clean if self.reset_at <= t < reset)
-            if budget and not self.independent:
-                self.peak = self.rate = self.floor_rate = max(self.bounds.min_rate(), budget / length)
-                self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
-                self.hold = 0.0
-                self.starting = False
-                why += f"; {budget} requests per {length:.1f} s spread evenly: {self.rate:.2f} req/s"
-        self.reset_at = reset
+        budget = 0 if previous is None else sum(1 for t in self.clean if previous <= t < reset)
+        if budget and previous is not None and not self.independent:
+            length = reset - previous
+            self.peak = self.rate = self.floor_rate = max(self.bounds.min_rate(), budget / length)
+            self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
+            self.hold, self.starting = 0.0, False
+            why += f"; {budget} requests per {length:.1f} s spread evenly: {self.rate:.2f} req/s"
         return why
 
     def _stated(self, s: Sample) -> str | None:
-        """The site states its quota: pace to it (the host's, or each IP's times the IPs), never
-        probe past it. A host-wide quota spent pauses the host until its reset."""
-        q = s.quota
-        assert q is not None
-        if q.remaining is not None:
-            self.quota_scope.observe(s.endpoint, q.remaining)
-        host_wide = self.quota_scope.host_wide
-        if q.exhausted() and q.reset and host_wide:
-            self._pause(s.now, s.now + q.reset)
-        pace = q.pace()
+        """The site states its quota: pace to it, never probe past it; a host-wide quota spent
+        pauses the host until its reset."""
+        assert s.quota is not None
+        pause = self.quota.read(s.endpoint, s.quota, s.now, self.bounds.ips, self.bounds.min_rate())
+        if pause is not None:
+            self._pause(s.now, pause)
+        pace = self.quota.binds(s.now)
         if pace is None:
             return None
-        self.quota_rate = max(self.bounds.min_rate(), pace if host_wide else pace * self.bounds.ips)
-        self.quota_until = s.now + (q.reset or q.window or 60.0)
         # Down to it at once; up to it too, while nothing was refused since the last cut (the site
         # says what it allows, so there is nothing to probe; another limit's refusal still binds).
-        up = self.rate is not None and self.rate < self.quota_rate / 1.05 and not self.level.refused
-        if self.rate is None or self.rate > self.quota_rate * 1.05 or up:
-            old, self.rate, self.changed_at = self.rate, min(self.quota_rate, self.bounds.max_rate()), s.now
+        up = self.rate is not None and self.rate < pace / 1.05 and not self.level.refused
+        if self.rate is None or self.rate > pace * 1.05 or up:
+            old, self.rate, self.changed_at = self.rate, min(pace, self.bounds.max_rate()), s.now
             self.starting = False
-            scope = "the host's" if host_wide else "each IP's"
+            scope = "the host's" if self.quota.scope.host_wide else "each IP's"
             return f"quota stated ({scope}): {old or 0:.2f} -> {self.rate:.2f} req/s"
         return None
-
-    def _slower(self, latency: float) -> bool:
-        """Record a clean answer's latency; whether the recent median is well above the baseline."""
-        p = self.params
-        self.latencies.append(latency)
-        if len(self.latencies) < 4:
-            return False
-        # The baseline is the lowest lower quartile seen (a queue that builds from the first
-        # requests on still lets a few through unqueued), forgotten slowly if the site changed.
-        low = sorted(self.latencies)[len(self.latencies) // 4]
-        self.baseline = min(self.baseline * 1.002, low)
-        full = len(self.latencies) == self.latencies.maxlen
-        return full and median(self.latencies) > p.latency_factor * self.baseline + p.latency_margin
 
     # -- what the law sets -----------------------------------------------------
 
@@ -444,7 +382,8 @@ class HostController:
 
     def _concurrency(self, rate: float | None) -> int:
         b = self.bounds
-        if not b.adaptive or rate is None or len(self.latencies) == 0:
+        latency = self.latency.median()
+        if not b.adaptive or rate is None or latency is None:
             return b.concurrency
-        need = math.ceil(rate * median(self.latencies) * self.params.headroom) + 1
+        need = math.ceil(rate * latency * self.params.headroom) + 1
         return max(b.concurrency, min(b.concurrency_max, need))

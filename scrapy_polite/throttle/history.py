@@ -1,5 +1,6 @@
 """What a host's controller remembers of its recent past: the rates in force over time (which
-one a request went at), and the answers since the last cut."""
+one a request went at), the answers since the last cut, recent answers as counts, and the
+Retry-After deadlines that reveal a window."""
 
 from __future__ import annotations
 
@@ -52,3 +53,68 @@ class Level:
     def share(self) -> float | None:
         return self.refused / self.answers if self.answers >= 8 else None
 
+
+
+class Windows:
+    """Retry-After deadlines of different IPs: two IPs told to come back at the same moment,
+    though asked at different moments, name the reset of a window (within *tolerance*: a
+    Retry-After has a 1 s resolution)."""
+
+    __slots__ = ("_deadlines", "reset_at", "tolerance")
+
+    def __init__(self, tolerance: float) -> None:
+        self.tolerance = tolerance
+        self._deadlines: deque[tuple[float, float, str]] = deque(maxlen=64)
+        #: The last reset found.
+        self.reset_at: float | None = None
+
+    def stated(self, endpoint: str, now: float, deadline: float) -> tuple[float, float | None] | None:
+        """A Retry-After to *endpoint*: ``(reset, previous reset)`` when it reveals a window's reset
+        not known yet, else ``None``."""
+        tol = self.tolerance
+        met = next((d for t, d, ep in self._deadlines
+                    if ep != endpoint and abs(d - deadline) < tol and now - t >= tol), None)
+        self._deadlines.append((now, deadline, endpoint))
+        if met is None:
+            return None
+        reset, previous = max(met, deadline), self.reset_at
+        if previous is not None and reset - previous < tol:
+            return None  # this window's reset is known already
+        self.reset_at = reset
+        return reset, previous
+
+
+class Answers:
+    """When the host's recent answers came and whether each was clean. Counted when they come: a
+    site that queues instead of refusing accepts what it answers, not what it was sent."""
+
+    __slots__ = ("_log", "born", "lookback", "least")
+
+    def __init__(self, born: float, lookback: float, least: int) -> None:
+        self._log: deque[tuple[float, bool]] = deque(maxlen=4096)
+        self.born, self.lookback, self.least = born, lookback, least
+
+    def add(self, now: float, clean: bool) -> None:
+        self._log.append((now, clean))
+
+    def counts(self, now: float) -> tuple[int, int, float] | None:
+        """Answers and clean answers over the last lookback, or over the last *least* answers when
+        it holds fewer, and its seconds; ``None`` when too few to say, or in the host's first
+        seconds (a start-up burst says nothing of a rate)."""
+        if len(self._log) < self.least:
+            return None
+        since = min(now - self.lookback, self._log[-self.least][0])
+        if since < self.born:
+            return None
+        sent = clean = 0
+        for at, ok in reversed(self._log):
+            if at < since:
+                break
+            sent += 1
+            clean += ok
+        return sent, clean, max(now - since, 1e-3)
+
+    def rate(self, now: float) -> float | None:
+        """Answers per second over what :meth:`counts` covers."""
+        counted = self.counts(now)
+        return None if counted is None else counted[0] / counted[2]
