@@ -1,6 +1,7 @@
 """What one attempt's answer or download error leads to: its verdict, the pool's reaction, and a re-queue or not.
 
-The middleware hands every leased attempt here once its lease is given back;
+The middleware hands every leased attempt here before its lease is given back (a pause or a
+cooled IP decided here binds the grant the freed slot makes);
 the verdicts come from the response policy and ``answers``, the reactions
 from ``Blame`` and the throttle (told through ``Pace``), the re-queue decisions
 and records from ``Recorder``.

@@ -159,8 +159,10 @@ class PoliteProxyMiddleware:
         lease: Lease | None = request.meta.get(LEASE_KEY)
         if lease is None:
             return response
-        self._give_back(request, lease)
-        return self.attempts.answered(request, response, lease)
+        try:  # judged before the slot frees: a pause or a cooled IP it leads to binds the next grant
+            return self.attempts.answered(request, response, lease)
+        finally:
+            self._give_back(request, lease)
 
     def marked(self, response: Response, kind: str, reason: str) -> list[Request]:
         """A page the spider's callback marked as a challenge or ban (``page_marked``, from ``PoliteMarksMiddleware``)."""
@@ -183,8 +185,10 @@ class PoliteProxyMiddleware:
             return None
         if lease is None:
             return None
-        self._give_back(request, lease)
-        return self.attempts.failed(request, exception, lease)
+        try:
+            return self.attempts.failed(request, exception, lease)
+        finally:
+            self._give_back(request, lease)
 
     def _give_back(self, request: Request, lease: Lease) -> None:
         self.gate.release(lease)
