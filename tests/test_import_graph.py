@@ -31,20 +31,19 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def top_level_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The imports run while the module loads: its body, also inside ``try`` and ``if`` blocks,
-    but not under ``if TYPE_CHECKING:`` (never run) nor inside functions and classes' methods."""
-    pending: list[ast.stmt] = list(tree.body)
+def run_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports the module can run: its body's, inside ``try`` and ``if`` blocks, classes and
+    functions too (an import deferred to a function still ties the two modules together), but not
+    under ``if TYPE_CHECKING:`` (never run)."""
+    pending: list[ast.AST] = list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If):
-            pending.extend(node.orelse if _type_checking(node) else node.body + node.orelse)
-        elif isinstance(node, ast.Try):
-            pending.extend(node.body + node.orelse + node.finalbody + [s for h in node.handlers for s in h.body])
-        elif isinstance(node, (ast.With, ast.ClassDef)):
-            pending.extend(node.body)
+        elif isinstance(node, ast.If) and _type_checking(node):
+            pending.extend(node.orelse)
+        else:
+            pending.extend(ast.iter_child_nodes(node))
 
 
 def imported(name: str, node: ast.Import | ast.ImportFrom, known: dict[str, Path]) -> set[str]:
@@ -73,8 +72,8 @@ def imported(name: str, node: ast.Import | ast.ImportFrom, known: dict[str, Path
 
 
 def module_imports(name: str, source: str, known: dict[str, Path]) -> set[str]:
-    """The package's modules that module *name*, of *source*, imports while it loads."""
-    return {target for node in top_level_imports(ast.parse(source)) for target in imported(name, node, known)}
+    """The package's modules that module *name*, of *source*, imports."""
+    return {target for node in run_imports(ast.parse(source)) for target in imported(name, node, known)}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -130,7 +129,7 @@ def test_the_cycle_finder_finds_a_cycle_and_only_cycles() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_the_graph_counts_the_imports_run_at_load_time() -> None:
+def test_the_graph_counts_every_import_but_those_for_type_checking() -> None:
     known = {name: Path(*name.split(".")).with_suffix(".py") for name in ("pkg.a", "pkg.b", "pkg.c", "pkg.d", "pkg.e")}
     known["pkg"] = Path("pkg/__init__.py")
     source = """
@@ -146,16 +145,13 @@ if TYPE_CHECKING:
 def later():
     from pkg import e
 """
-    assert module_imports("pkg.a", source, known) == {"pkg", "pkg.b", "pkg.c", "pkg.d"}
+    assert module_imports("pkg.a", source, known) == {"pkg", "pkg.b", "pkg.c", "pkg.d", "pkg.e"}
     graph = import_graph()
     assert {"scrapy_polite.downloader.attempts", "scrapy_polite.downloader.pace"} <= graph[
         "scrapy_polite.downloader.middleware"]
 
 
 def test_no_import_cycle_between_the_package_modules() -> None:
-    """Module-level imports only: they run while a module loads, and a cycle among them leaves one
-    module half-initialised, depending on which of them is imported first. An import inside a
-    function runs once both modules are loaded; the package uses those on purpose, for optional
-    dependencies (Redis, Prometheus, the report) and for the sandbox's limiters, whose package
-    builds the nested specs one limiter's options hold."""
+    """Imports inside functions count too: the package defers some (Redis, Prometheus, the
+    report, the lab) so that what a crawl does not use is not loaded, never to hide a cycle."""
     assert cycles(import_graph()) == []

@@ -46,8 +46,10 @@ def build(spec: Mapping[str, Any]) -> Limiter:
     factory = KINDS.get(kind) if isinstance(kind, str) else None
     if factory is None:
         raise ValueError(f"limiter kind must be one of {sorted(KINDS)}, got {kind!r}")
+    # A nested spec (rate_independent's ``limit``) is built first: a kind takes limiters, not specs.
+    opts = {k: build(v) if isinstance(v, Mapping) and "kind" in v else v for k, v in options(spec).items()}
     try:
-        return factory(**options(spec))
+        return factory(**opts)
     except TypeError as exc:
         raise ValueError(f"limiter {kind!r}: bad options {sorted(options(spec))}: {exc}") from None
 

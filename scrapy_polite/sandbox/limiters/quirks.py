@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 from .admission import FixedWindow, as_admission
-from .base import Admission, Kind, Verdict, positive, refusal_of, retry_after_seconds
+from .base import Admission, Kind, Limiter, Verdict, positive, refusal_of, retry_after_seconds
 
 HEADER_STYLES = ("ietf", "x")
 RESET_FORMS = ("seconds", "epoch")
@@ -51,18 +49,15 @@ class RateLimitHeaders(FixedWindow):
 class RateIndependent(Kind):
     """The first request for each path is answered 429 (Retry-After ``retry_after``) at any rate.
 
-    The retry is judged by ``limit`` (an admission kind's spec; none: served). Capacity: each page costs
+    The retry is judged by ``limit`` (an admission kind, built from its spec; none: served). Capacity: each page costs
     its IP one Retry-After, so at most ips / retry_after pages/s, and no more than ``limit`` allows.
     """
 
     KIND = "rate_independent"
 
-    def __init__(self, limit: Mapping[str, Any] | None = None, retry_after: float = 1.0,
-                 scope: str = "ip") -> None:
+    def __init__(self, limit: Limiter | None = None, retry_after: float = 1.0, scope: str = "ip") -> None:
         super().__init__(scope)
-        from . import build  # the package builds the inner spec
-
-        self.inner: Admission | None = as_admission(build(limit)) if limit else None
+        self.inner: Admission | None = as_admission(limit) if limit is not None else None
         self.retry_after = positive(self.KIND, "retry_after", retry_after)
         self._seen: set[str] = set()
         self._last_inner = False
