@@ -73,7 +73,7 @@ class HostController:
 
     def __post_init__(self) -> None:
         self.latency = LatencyWatch(self.params.latency_factor, self.params.latency_margin)
-        self.windows = Windows(self.params.window_tolerance)
+        self.windows = Windows()
         self.sent = Answers(self.born, self.params.lookback, self.params.min_answers)
 
     @classmethod

@@ -55,14 +55,18 @@ class Level:
 
 
 
+#: A Retry-After is a whole number of seconds (RFC 9110), or a date to the second.
+RESOLUTION = 1.0
+
+
 class Windows:
     """Retry-After deadlines of different IPs: two IPs told to come back at the same moment,
-    though asked at different moments, name the reset of a window (within *tolerance*: a
-    Retry-After has a 1 s resolution)."""
+    though asked at different moments, name the reset of a window (within *tolerance*, the
+    resolution of a Retry-After)."""
 
     __slots__ = ("_deadlines", "reset_at", "tolerance")
 
-    def __init__(self, tolerance: float) -> None:
+    def __init__(self, tolerance: float = RESOLUTION) -> None:
         self.tolerance = tolerance
         self._deadlines: deque[tuple[float, float, str]] = deque(maxlen=64)
         #: The last reset found.

@@ -42,9 +42,6 @@ class Params:
     #: seconds (one IP alone may be its proxy).
     overload_ips: int = 2
     overload_window: float = 10.0
-    #: Two IPs' Retry-After deadlines within this many seconds of each other, for 429s at least
-    #: as far apart, reveal a window whose reset they name (Retry-After has a 1 s resolution).
-    window_tolerance: float = 1.0
     #: Two cuts in a row below the rate the site answered cleanly, each followed by 429s at this
     #: share of the ones before it or more: the 429s do not depend on the rate, cutting stops.
     independent_share: float = 0.7
