@@ -179,7 +179,7 @@ async def test_throttle_events_match_the_log_and_show_in_the_report(sandbox, tmp
     # 2 req/s per IP against 3 endpoints spaced 0.3-0.35 s, all busy: the per-IP limit binds.
     sb = start_site(sandbox, 3, pages=40, per_ip_rate=2, retry_after=1)
     jsonl = tmp_path / "stats.jsonl"
-    run, log = await throttled_crawl(sb, jsonl, 30, {"POLITE_DELAY": (0.3, 0.35), "POLITE_RECOVERY_WINDOW": 2})
+    run, log = await throttled_crawl(sb, jsonl, 30, {"POLITE_DELAY": (0.3, 0.35)})
     records, events = split_jsonl(jsonl)
     host = "127.0.1.1"
 

@@ -16,7 +16,7 @@ from scrapy.settings import Settings
 from scrapy_polite.errors import PoliteConfigError
 from scrapy_polite.settings.config import PoliteConfig, read, register_defaults
 from scrapy_polite.settings.reference import markdown_table
-from scrapy_polite.settings.table import BY_NAME, SCRAPY_SETTINGS, SETTINGS, Setting
+from scrapy_polite.settings.table import BY_NAME, RETIRED, SCRAPY_SETTINGS, SETTINGS, Setting
 from scrapy_polite.tune.trial import FILE_SETTING, REQUESTS_SETTING
 
 #: A setting name in source or docs text (``POLITE_*`` and the bare prefix are not names).
@@ -44,7 +44,7 @@ def test_every_polite_name_the_package_reads_is_in_the_table() -> None:
     for path in (ROOT / "scrapy_polite").rglob("*.py"):
         for name in NAME_RE.findall(path.read_text()):
             found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
-    unknown = {name: sorted(paths) for name, paths in found.items() if name not in BY_NAME and name not in TRIAL_SETTINGS}
+    unknown = {name: sorted(paths) for name, paths in found.items() if name not in BY_NAME and name not in TRIAL_SETTINGS and name not in RETIRED}
     assert unknown == {}, "POLITE_ names in the package that are no setting of the table"
 
 
@@ -59,7 +59,7 @@ def test_the_settings_page_has_one_row_per_setting_with_its_default() -> None:
     # Strings in double quotes, whole seconds without ".0".
     assert rows["POLITE_STATE"].split(" | ")[1] == f'`"{BY_NAME["POLITE_STATE"].default}"`'
     assert rows["POLITE_RETRY_AFTER_MAX"].split(" | ")[1] == f'`{int(BY_NAME["POLITE_RETRY_AFTER_MAX"].default)}`'
-    assert rows["POLITE_PARK_AFTER"] == rows["POLITE_PARK_TIME"]  # read together, one row
+    assert rows["POLITE_HOST_PAUSE_ENDPOINTS"] == rows["POLITE_HOST_PAUSE_WINDOW"]  # read together, one row
 
 
 def test_every_row_says_what_its_settings_do() -> None:
@@ -127,3 +127,11 @@ def test_derived_values_are_set_when_the_config_is_built_and_a_reload_changes_no
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.delay_floor = 0.1  # type: ignore[misc]
 
+
+
+def test_a_setting_no_longer_read_is_said_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings({"POLITE_PROXIES": ["http://127.0.0.1:8000"], "POLITE_RECOVERY_WINDOW": 5})
+    with caplog.at_level("WARNING", logger="scrapy_polite.settings.config"):
+        config = PoliteConfig.from_settings(settings)
+    assert [r.getMessage().split(" ")[0] for r in caplog.records] == ["POLITE_RECOVERY_WINDOW"]
+    assert not hasattr(config, "recovery_window")

@@ -57,7 +57,7 @@ async def test_host_wide_cap_slows_the_pool(sandbox) -> None:
 async def test_shifting_cap(sandbox) -> None:
     sb = sandbox(SandboxConfig(sites=[site(pages=60, host_rate_schedule=[[0, 6], [6, 2], [14, 6]],
                                            retry_after=1)], proxies=ProxyConfig(count=8)))
-    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_RECOVERY_WINDOW": 3},
+    result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls},
                          start_url=sb.site_url("a"))
     log = sb.log()
     counts = statuses(log)
@@ -151,7 +151,7 @@ async def test_adaptive_mode_goes_past_the_configured_spacing_and_backs_off(sand
     sb = sandbox(SandboxConfig(sites=[site(pages=80, per_ip_rate=2.0, per_ip_burst=1, retry_after=1)],
                                proxies=ProxyConfig(count=4)))
     result = await crawl(CatalogueSpider, {"POLITE_PROXIES": sb.proxy_urls, "POLITE_ADAPTIVE": True,
-                                           "POLITE_RECOVERY_WINDOW": 1.5, "POLITE_DELAY_FLOOR": 0.3},
+                                           "POLITE_DELAY_FLOOR": 0.3},
                          start_url=sb.site_url("a"))
     log = sorted(sb.log(), key=lambda e: e["t_start"])
     counts = statuses(log)

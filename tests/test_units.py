@@ -53,7 +53,7 @@ def test_defaults() -> None:
         ("POLITE_PROXIES", ["http://127.0.0.1:8000/path"], "without path"),
         ("POLITE_PROXIES", [], "at least one proxy"),
         ("POLITE_PROXIES", [42], "URL string"),
-        ("POLITE_BACKOFF_FACTOR", 1.5, "<= 0.95"),
+        ("POLITE_PARK_TIME", (0, 10), "POLITE_PARK_TIME"),
         ("POLITE_HOST_CONCURRENCY_MAX", 1, ">= POLITE_HOST_CONCURRENCY"),
         ("POLITE_RATE_LIMIT_CODES", [999], "<= 599"),
         ("POLITE_PROXIES_FILE", "/nonexistent/proxies.txt", "a readable file"),

@@ -8,6 +8,7 @@ naming the setting, the value and what is expected.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +21,11 @@ from scrapy_polite.settings.challenges import CHALLENGE_BODY_BYTES as CHALLENGE_
 from scrapy_polite.settings.challenges import ChallengePattern
 from scrapy_polite.settings.parsers import span
 from scrapy_polite.settings.slots import HostLimits, download_slots
-from scrapy_polite.settings.table import BY_NAME, PLAYWRIGHT_CONTEXTS_DEFAULT, SETTINGS
+from scrapy_polite.settings.table import BY_NAME, PLAYWRIGHT_CONTEXTS_DEFAULT, RETIRED, SETTINGS
 from scrapy_polite.settings.table import HOST_TTL as HOST_TTL
 from scrapy_polite.settings.table import PIN_TTL as PIN_TTL
+
+logger = logging.getLogger(__name__)
 
 #: Defaults, registered by the add-on below anything a project or ``-s`` sets.
 DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
@@ -58,11 +61,8 @@ class PoliteConfig:
     retry_after_max: float
     cooldown: tuple[float, float]
     rate_retry_times: int
-    backoff_factor: float
-    recovery_window: float
     host_pause_endpoints: int
     host_pause_window: float
-    park_after: int
     park_time: tuple[float, float]
     adaptive: bool
     #: ``POLITE_DELAY_FLOOR``, never above the low end of ``delay``.
@@ -129,6 +129,9 @@ class PoliteConfig:
     def from_settings(cls, settings: BaseSettings) -> PoliteConfig:
         """Every setting of the table read and checked, then the values that depend on several settings."""
         values = {s.field: read(settings, s.name) for s in SETTINGS}
+        for name, instead in RETIRED.items():
+            if settings.get(name) is not None:
+                logger.warning("%s is no longer read: %s", name, instead)
         values.update(_derived(settings, values))
         if values["enabled"]:
             endpoints, duplicates, ranks = load_endpoints(

@@ -106,18 +106,12 @@ SETTINGS: tuple[Setting, ...] = (
             doc='Cooldown in seconds, uniform, when there is no usable `Retry-After`.'),
     Setting("POLITE_RATE_RETRY_TIMES", parse.integer, 10, minimum=0,
             doc='Re-queues per request after rate signals. This budget is separate from `RETRY_TIMES`.'),
-    Setting("POLITE_BACKOFF_FACTOR", parse.decimal, 0.5, minimum=0.05, maximum=0.95,
-            doc="Multiplicative decrease of concurrency on a rate signal, and the deepest single cut of a host's rate."),
-    Setting("POLITE_RECOVERY_WINDOW", parse.decimal, 20.0, minimum=0.1,
-            doc="Seconds without a rate signal before a host gets +1 concurrency (and, without adaptive mode, spacing back toward `POLITE_DELAY`). Also how long a host's rate holds just below a rate that drew a 429 before probing past it: one window without adaptive mode (a quarter while the host's limit has fallen under where it stood); in adaptive mode the first hold is 6 s, four times as long after each probe that meets the same ceiling, up to four windows (while the limit has fallen, 6 s until three probes met the same ceiling, then doubling)."),
     Setting("POLITE_HOST_PAUSE_ENDPOINTS", parse.integer, 3, minimum=1,
-            doc='This many distinct endpoints rate-limited within the window means a host-wide limit, so the whole host pauses for the Retry-After.'),
+            doc='This many distinct endpoints getting no answer from a host (timeouts, resets) within the window (seconds) blame the host, not the proxies: the host is slowed down, or parked (`POLITE_PARK_TIME`) when it keeps it up.'),
     Setting("POLITE_HOST_PAUSE_WINDOW", parse.decimal, 10.0, minimum=0.1,
             joined=True),
-    Setting("POLITE_PARK_AFTER", parse.integer, 5, minimum=1,
-            doc='A host still limiting at concurrency 1 after this many decreases is parked, for a doubling interval, with a WARNING.'),
     Setting("POLITE_PARK_TIME", parse.positive_range, (60.0, 1800.0),
-            joined=True),
+            doc='Seconds a host is parked when several endpoints get no answer from it, with a WARNING: the first park, doubling with each up to the second.'),
     Setting("POLITE_ADAPTIVE", parse.boolean, False,
             doc="Also search upward: a new host starts at the rate `POLITE_DELAY` gives the pool and climbs 1.5 times per round of one answer per IP until its first signal; each IP's spacing then follows the host rate down to `POLITE_DELAY_FLOOR`, and concurrency follows rate × latency. Without it, spacing never goes under `POLITE_DELAY`. See [The throttle](throttle.md)."),
     Setting("POLITE_DELAY_FLOOR", parse.decimal, 0.2, minimum=0.0,
@@ -213,3 +207,10 @@ SCRAPY_SETTINGS: tuple[ScrapySetting, ...] = (
 
 #: The table by setting name.
 BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+#: Settings of the throttle it replaced, no longer read, and what took their place.
+RETIRED: dict[str, str] = {
+    "POLITE_BACKOFF_FACTOR": "a cut is the throttle's law (docs/throttle.md)",
+    "POLITE_RECOVERY_WINDOW": "recovery and its holds follow from the site's answers (docs/throttle.md)",
+    "POLITE_PARK_AFTER": "a host is parked when several endpoints get no answer (POLITE_PARK_TIME)",
+}
