@@ -15,6 +15,7 @@ from scrapy_polite.downloader import failures
 from scrapy_polite.downloader.answers import classify_exception
 from scrapy_polite.metrics.outcome import is_ban
 from scrapy_polite.settings.config import CHALLENGE_BODY_BYTES, ChallengePattern, PoliteConfig
+from scrapy_polite.settings.needles import may_match
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -94,6 +95,7 @@ class ResponsePolicy:
     def challenge_marker(self, status: int, headers: Any, response: Response) -> str | None:
         """The first ``POLITE_CHALLENGE_PATTERNS`` entry *response* matches, as a reason."""
         body: bytes | None = None
+        lowered: bytes | None = None
         for p in self.config.challenge_patterns:
             if p.header is not None:
                 if _header_matches(p, headers):
@@ -103,6 +105,11 @@ class ResponsePolicy:
                 continue
             if body is None:
                 body = getattr(response, "body", b"")[:CHALLENGE_BODY_BYTES]
+            if p.needles and isinstance(body, bytes):
+                if p.folded and lowered is None:
+                    lowered = body.lower()
+                if not may_match(p.needles, p.folded, body, lowered):
+                    continue
             if p.body is not None and p.body.search(body):
                 return f"{status} body /{p.body.pattern.decode(errors='replace')[:40]}/"
         return None
