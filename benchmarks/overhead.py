@@ -43,6 +43,8 @@ def figures(r: dict[str, Any]) -> dict[str, float]:
         "crawl_cpu_per_1k": 1000 * c.get("crawl_cpu", float("nan")) / n,
         "total_cpu_per_1k": 1000 * c.get("total_cpu", float("nan")) / n,
         "req_per_s": n / max(r.get("span", 1e-9), 1e-9),
+        # A handler that fails on every answer (its traceback logged each time) costs more than the rest.
+        "errors": c.get("stats", {}).get("log_count/ERROR", 0),
     }
 
 
@@ -57,7 +59,8 @@ def overhead(quick: bool, out: Path, run_one: RunOne, pairs: int = PAIRS) -> dic
         plain, polite = per[PLAIN][-1], per[POLITE][-1]
         ratios.append({k: polite[k] / plain[k] for k in ("crawl_cpu_per_1k", "total_cpu_per_1k")})
         print(f"  pair {rep + 1}: plain {plain['crawl_cpu_per_1k']:.3f}, polite {polite['crawl_cpu_per_1k']:.3f} "
-              f"CPU s/1k: {ratios[-1]['crawl_cpu_per_1k']:.3f}x", flush=True)
+              f"CPU s/1k: {ratios[-1]['crawl_cpu_per_1k']:.3f}x; errors logged {plain['errors']:.0f}, "
+              f"{polite['errors']:.0f}", flush=True)
     summary = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in per.items()}
     return {"runs": per, "pairs": ratios, "median": summary,
             "ratio_crawl_cpu": statistics.median(r["crawl_cpu_per_1k"] for r in ratios),
@@ -84,10 +87,11 @@ def report(ov: dict[str, Any]) -> list[str]:
     for name, m in ((PLAIN, p), (POLITE, q)):
         lines.append(f"| {name} | {m['requests']:.0f} | {m['req_per_s']:.0f} | {m['crawl_cpu_per_1k']:.3f} | "
                      f"{m['total_cpu_per_1k']:.3f} |")
-    lines += ["", "| pair | plain crawl CPU s/1k | polite crawl CPU s/1k | ratio |", "|---:|---:|---:|---:|"]
+    lines += ["", "| pair | plain crawl CPU s/1k | polite crawl CPU s/1k | ratio | errors logged (polite) |",
+              "|---:|---:|---:|---:|---:|"]
     for i, (a, b, r) in enumerate(zip(ov["runs"][PLAIN], ov["runs"][POLITE], ov["pairs"]), 1):
         lines.append(f"| {i} | {a['crawl_cpu_per_1k']:.3f} | {b['crawl_cpu_per_1k']:.3f} | "
-                     f"{r['crawl_cpu_per_1k']:.3f}x |")
+                     f"{r['crawl_cpu_per_1k']:.3f}x | {b.get('errors', 0):.0f} |")
     lines += ["", f"Ratio polite / plain (median of the pairs): crawl CPU **{ov['ratio_crawl_cpu']:.2f}x**, "
                   f"total CPU {ov['ratio_total_cpu']:.2f}x."]
     return lines
