@@ -15,7 +15,7 @@ from scrapy_polite.downloader import failures
 from scrapy_polite.downloader.answers import classify_exception
 from scrapy_polite.metrics.outcome import is_ban
 from scrapy_polite.settings.config import CHALLENGE_BODY_BYTES, ChallengePattern, PoliteConfig
-from scrapy_polite.settings.needles import may_match
+from scrapy_polite.settings.needles import found
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -105,12 +105,15 @@ class ResponsePolicy:
                 continue
             if body is None:
                 body = getattr(response, "body", b"")[:CHALLENGE_BODY_BYTES]
+            if p.body is None:
+                continue
             if p.needles and isinstance(body, bytes):
                 if p.folded and lowered is None:
                     lowered = body.lower()
-                if not may_match(p.needles, p.folded, body, lowered):
-                    continue
-            if p.body is not None and p.body.search(body):
+                hit = found(p.body, p.needles, p.folded, body, lowered)
+            else:
+                hit = p.body.search(body) is not None
+            if hit:
                 return f"{status} body /{p.body.pattern.decode(errors='replace')[:40]}/"
         return None
 

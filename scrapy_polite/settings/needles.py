@@ -1,11 +1,11 @@
-"""The literal text every match of a body pattern starts with, so most answers skip the regex.
+"""The literal text every match of a body pattern starts with: the regex is tried only there.
 
 A challenge pattern is searched in every answer's body. A case-insensitive alternation gives
 Python's regex engine no literal to scan for, and it tries each branch at each byte: tens of
 microseconds on a small page, milliseconds on 64 KiB. Every match starts with one of the
-branches' leading literals, so a body holding none of them cannot match; the substring test
-that says so runs in C. When the pattern's start is not plain literals (an anchor, a class, a
-group), there are no needles and the regex decides alone.
+branches' leading literals, so the regex need only be tried where one of them is, and finding
+them runs in C. When the pattern's start is not plain literals (an anchor, a class, a group),
+there are no needles and the regex searches alone.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ try:  # Python 3.11+
     from re import _parser as sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse  # type: ignore[no-redef]
+
+#: Places tried before the whole body is searched instead.
+MAX_TRIES = 32
 
 
 def needles(pattern: re.Pattern[bytes]) -> tuple[tuple[bytes, ...], bool]:
@@ -56,7 +59,22 @@ def _literals(items: list[tuple[Any, Any]]) -> bytes:
     return bytes(out)
 
 
-def may_match(found: tuple[bytes, ...], folded: bool, body: bytes, lowered: bytes | None) -> bool:
-    """Whether *body* holds one of the needles (*lowered*: ``body.lower()``, when *folded*)."""
+def found(pattern: re.Pattern[bytes], needles: tuple[bytes, ...], folded: bool, body: bytes,
+          lowered: bytes | None) -> bool:
+    """Whether *pattern* matches somewhere in *body*: tried only where a needle starts.
+
+    *lowered* is ``body.lower()`` when *folded*. Each match starts where one of the needles does,
+    so trying those places alone finds a match exactly when searching the whole body would.
+    """
     hay = lowered if folded and lowered is not None else body
-    return any(n in hay for n in found)
+    tries = 0
+    for needle in needles:
+        at = hay.find(needle)
+        while at >= 0:
+            if pattern.match(body, at):
+                return True
+            tries += 1
+            if tries > MAX_TRIES:  # a needle too common to help: the regex searches on its own
+                return pattern.search(body) is not None
+            at = hay.find(needle, at + 1)
+    return False
