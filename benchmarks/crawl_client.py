@@ -147,7 +147,7 @@ def _keep_stat(key: str) -> bool:
     if key.startswith("polite/"):
         return key.count("/") <= 2 and not key.startswith(("polite/endpoint/", "polite/host/"))
     return key.startswith(("downloader/response_status_count", "retry/", "finish_reason", "item_scraped",
-                           "response_received", "proxies/", "bans/", "elapsed"))
+                           "response_received", "proxies/", "bans/", "elapsed", "log_count/ERROR"))
 
 
 # -- the hand-written asyncio recipe -------------------------------------------------

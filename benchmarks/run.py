@@ -14,7 +14,6 @@ import argparse
 import json
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -28,12 +27,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import gate_bench  # noqa: E402
+import overhead  # noqa: E402
 import svg  # noqa: E402
 import zoo  # noqa: E402
 import zoo_report  # noqa: E402
 from crawl_client import CLIENTS  # noqa: E402
 from metrics import compute  # noqa: E402
-from scenarios import Scenario, build, overhead_scenario  # noqa: E402
+from scenarios import Scenario, build  # noqa: E402
 
 from scrapy_polite.sandbox import Sandbox  # noqa: E402
 
@@ -141,29 +141,6 @@ def _events(sb: Sandbox, sc: Scenario, t0: float, done: threading.Event, applied
         elif ev.action == "die":
             sb.fail_proxy(ev.target, "die")
         applied.append({"at": time.time() - t0, "action": ev.action, "target": ev.target, "value": ev.value})
-
-
-def overhead(quick: bool, out: Path) -> dict[str, Any]:
-    """CPU seconds per 1,000 requests, polite vs plain Scrapy, on an unlimited site (runs alone)."""
-    sc = overhead_scenario(quick)
-    reps = 2 if quick else 3
-    per: dict[str, list[dict[str, float]]] = {"scrapy-defaults": [], "polite-defaults": []}
-    for rep in range(reps):
-        for client in per:
-            r = run_one(sc, client, out / f"overhead{rep}")
-            n = max(1, r.get("requests", 0))
-            c = r.get("crawler", {})
-            per[client].append({
-                "requests": n,
-                "crawl_cpu_per_1k": 1000 * c.get("crawl_cpu", float("nan")) / n,
-                "total_cpu_per_1k": 1000 * c.get("total_cpu", float("nan")) / n,
-                "req_per_s": n / max(r.get("span", 1e-9), 1e-9),
-            })
-    summary = {k: {f: statistics.median(x[f] for x in v) for f in v[0]} for k, v in per.items()}
-    plain, polite = summary["scrapy-defaults"], summary["polite-defaults"]
-    return {"runs": per, "median": summary,
-            "ratio_crawl_cpu": polite["crawl_cpu_per_1k"] / plain["crawl_cpu_per_1k"],
-            "ratio_total_cpu": polite["total_cpu_per_1k"] / plain["total_cpu_per_1k"]}
 
 
 def find(results: list[dict[str, Any]], scenario: str, client: str) -> dict[str, Any] | None:
@@ -274,19 +251,8 @@ def report(data: dict[str, Any], out: Path) -> str:
         for r in mh:
             lines.append(f"| {r['client']} | " + " | ".join(
                 f"{v['ok']} / {v['s429']} / {v['s403']}" for v in r["per_site"].values()) + " |")
-    ov = data.get("overhead")
-    if ov:
-        p, q = ov["median"]["scrapy-defaults"], ov["median"]["polite-defaults"]
-        lines += ["", "## Overhead", "",
-                  "CPU seconds per 1,000 requests on an unlimited local site (median of runs; *crawl* = between "
-                  "spider_opened and spider_closed in the child, *total* = the child's whole getrusage).", "",
-                  "| client | requests | req/s | crawl CPU s/1k | total CPU s/1k |", "|---|---:|---:|---:|---:|",
-                  f"| scrapy-defaults | {p['requests']:.0f} | {p['req_per_s']:.0f} | {p['crawl_cpu_per_1k']:.3f} | "
-                  f"{p['total_cpu_per_1k']:.3f} |",
-                  f"| polite-defaults | {q['requests']:.0f} | {q['req_per_s']:.0f} | {q['crawl_cpu_per_1k']:.3f} | "
-                  f"{q['total_cpu_per_1k']:.3f} |", "",
-                  f"Ratio polite / plain: crawl CPU **{ov['ratio_crawl_cpu']:.2f}x**, "
-                  f"total CPU {ov['ratio_total_cpu']:.2f}x."]
+    if data.get("overhead"):
+        lines += overhead.report(data["overhead"])
     gb = data.get("gate")
     if gb:
         s, lg = gb["small"], gb["large"]
@@ -386,10 +352,12 @@ def main() -> int:
     }
     if not ns.no_overhead and not all(s.zoo for s in scenarios):  # a zoo run is about the limiters
         print("overhead (alone)...", flush=True)
-        data["overhead"] = overhead(ns.quick, out)
+        data["overhead"] = overhead.overhead(ns.quick, out, run_one)
         print("gate micro-benchmark...", flush=True)
         data["gate"] = gate_bench.bench(ns.quick)
     data["checks"] = zoo_report.relevant(checks(results), scenarios) + zoo_report.checks(results, scenarios)
+    if "overhead" in data:
+        data["checks"].append(overhead.check(data["overhead"]))
     data["run_seconds"] = time.time() - started
     (out / "results.json").write_text(json.dumps(data, indent=1, default=str))
     plots(data, out, scenarios)

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: The longest IPv6 text form with a zone is well under this; longer values are not parsed.
 MAX_LENGTH = 64
+#: Header values remembered with the address each names (the memory starts over when full).
+PARSED_MEMORY = 4096
 
 
 def parse_exit_ip(value: str | bytes | None) -> str | None:
@@ -82,6 +84,7 @@ class ExitIps:
         self.stats = crawler.stats
         self._warned_https = False
         self._warned_headers: set[str] = set()
+        self._parsed: dict[bytes | str, str | None] = {}
         self._probed: dict[str, str | None] = {}
         self._probing: dict[str, Any] = {}
         self._probe_waiters: dict[str, list[Deferred]] = {}
@@ -93,7 +96,7 @@ class ExitIps:
                 value = response.headers.get(name)
                 if value is None:
                     continue
-                ip = parse_exit_ip(value)
+                ip = self._parse(value)
                 if ip is not None:
                     return ip, "header"
                 self._invalid(name, value, lease)
@@ -113,6 +116,17 @@ class ExitIps:
                 lease.endpoint.label,
             )
         return None, None
+
+    def _parse(self, value: bytes | str) -> str | None:
+        """:func:`parse_exit_ip`, remembered: a pool names its few exit IPs on every answer."""
+        if not isinstance(value, (bytes, str)):
+            return parse_exit_ip(value)
+        if value in self._parsed:
+            return self._parsed[value]
+        if len(self._parsed) >= PARSED_MEMORY:
+            self._parsed.clear()
+        ip = self._parsed[value] = parse_exit_ip(value)
+        return ip
 
     def _invalid(self, name: str, value: bytes, lease: Lease) -> None:
         """Count a header value that names no IP address; the first one per header is logged."""

@@ -15,6 +15,7 @@ from scrapy_polite.downloader import failures
 from scrapy_polite.downloader.answers import classify_exception
 from scrapy_polite.metrics.outcome import is_ban
 from scrapy_polite.settings.config import CHALLENGE_BODY_BYTES, ChallengePattern, PoliteConfig
+from scrapy_polite.settings.needles import found
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -94,6 +95,7 @@ class ResponsePolicy:
     def challenge_marker(self, status: int, headers: Any, response: Response) -> str | None:
         """The first ``POLITE_CHALLENGE_PATTERNS`` entry *response* matches, as a reason."""
         body: bytes | None = None
+        lowered: bytes | None = None
         for p in self.config.challenge_patterns:
             if p.header is not None:
                 if _header_matches(p, headers):
@@ -103,7 +105,15 @@ class ResponsePolicy:
                 continue
             if body is None:
                 body = getattr(response, "body", b"")[:CHALLENGE_BODY_BYTES]
-            if p.body is not None and p.body.search(body):
+            if p.body is None:
+                continue
+            if p.needles and isinstance(body, bytes):
+                if p.folded and lowered is None:
+                    lowered = body.lower()
+                hit = found(p.body, p.needles, p.folded, body, lowered)
+            else:
+                hit = p.body.search(body) is not None
+            if hit:
                 return f"{status} body /{p.body.pattern.decode(errors='replace')[:40]}/"
         return None
 

@@ -237,6 +237,10 @@ class RemovalGrace:
     def until(self, key: str) -> float | None:
         return self._until.get(key)
 
+    def __bool__(self) -> bool:
+        """Whether any endpoint is within its grace (the gate asks on every dispatch)."""
+        return bool(self._until)
+
     def expired(self, now: float) -> set[str]:
         """The keys whose grace has ended, forgotten from now on."""
         if not self._until:

@@ -115,10 +115,11 @@ class PoliteStats:
         self.bans += ban
         self.challenges += challenge
         self.window.add(outcome.time, ok, limited)
-        folded = admit(self.hosts, outcome.host, MAX_HOSTS, lambda: HostStats(latency=False))
-        if folded:
-            self._hosts_folded += len(folded)
-            self._fold_host_keys(folded)
+        if outcome.host not in self.hosts:  # the common case needs no room made
+            folded = admit(self.hosts, outcome.host, MAX_HOSTS, _unlisted_host)
+            if folded:
+                self._hosts_folded += len(folded)
+                self._fold_host_keys(folded)
         endpoint = capped(self.endpoints, outcome.endpoint, MAX_ENDPOINTS) if outcome.endpoint else None
         self._count_keys(outcome, endpoint)
         h = self._count_rows(outcome, endpoint, ban)
@@ -376,3 +377,7 @@ class PoliteStats:
             self.stats.set_value(key, value)
         logger.info("scrapy-polite summary:\n%s", format_summary(s), extra={"spider": spider})
 
+
+def _unlisted_host() -> HostStats:
+    """OTHER's row of folded hosts: no latency histogram of its own."""
+    return HostStats(latency=False)

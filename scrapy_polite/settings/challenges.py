@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.errors import PoliteConfigError
+from scrapy_polite.settings.needles import needles
 from scrapy_polite.settings.parsers import items
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class ChallengePattern:
     value: re.Pattern[str] | None = None
     statuses: frozenset[int] = frozenset()
     body: re.Pattern[bytes] | None = None
+    #: Literals one of which starts every match of *body* (none: unknown), lowercased when *folded*.
+    needles: tuple[bytes, ...] = ()
+    folded: bool = False
 
 
 def patterns(s: Setting, value: Any) -> tuple[ChallengePattern, ...]:
@@ -57,11 +61,15 @@ def _pattern(name: str, entry: Any) -> ChallengePattern:
     if header is not None and (not isinstance(header, str) or not header):
         raise PoliteConfigError(name, entry, expected)
     try:
+        compiled = re.compile(body.encode()) if isinstance(body, str) else None
+        found, folded = needles(compiled) if compiled is not None else ((), False)
         return ChallengePattern(
             header=header.lower() if header else None,
             value=re.compile(value, re.IGNORECASE) if value is not None else None,
             statuses=frozenset(statuses),
-            body=re.compile(body.encode()) if isinstance(body, str) else None,
+            body=compiled,
+            needles=found,
+            folded=folded,
         )
     except (re.error, TypeError) as exc:
         raise PoliteConfigError(name, entry, f"valid regular expressions ({exc})") from None

@@ -37,7 +37,9 @@ class Leases(Pool):
                       rate_held=w.rate_held)
         self._leases[id(lease)] = lease
         if self.stall_timeout > 0:
-            self._stall_timers[id(lease)] = self._call_later(self.stall_timeout, lambda: self.stall(lease))
+            self._stall_due[id(lease)] = (self._clock() + self.stall_timeout, lease)
+            if self._stall_timer is None:
+                self._stall_timer = self._call_later(self.stall_timeout, self._stall_overdue)
         w.deferred.callback(lease)
         return lease
 
@@ -46,9 +48,7 @@ class Leases(Pool):
             return
         lease.released = True
         self._leases.pop(id(lease), None)
-        timer = self._stall_timers.pop(id(lease), None)
-        if timer is not None:
-            cancel_timer(timer)
+        self._stall_due.pop(id(lease), None)
         st = self._endpoints.get(lease.endpoint.key)
         if st is not None:
             st.inflight -= 1
@@ -71,7 +71,7 @@ class Leases(Pool):
         hanging proxy: it must not keep other endpoints from the host until the
         download timeout. Returns whether the slot was given back now.
         """
-        self._stall_timers.pop(id(lease), None)
+        self._stall_due.pop(id(lease), None)
         if lease.released or lease.stalled:
             return False
         lease.stalled = True
@@ -83,6 +83,22 @@ class Leases(Pool):
         self.listeners.on_stalled(lease)
         self._kick()
         return True
+
+    def _stall_overdue(self) -> None:
+        """Stall the leases past their deadline, after setting the timer for the next one's."""
+        now = self._clock()
+        overdue = []
+        for key, (due, lease) in self._stall_due.items():
+            if due > now:
+                self._stall_timer = self._call_later(due - now, self._stall_overdue)
+                break
+            overdue.append((key, lease))
+        else:
+            self._stall_timer = None
+        for key, _ in overdue:
+            del self._stall_due[key]
+        for _, lease in overdue:
+            self.stall(lease)
 
     def granted_before(self, host: str, at: float) -> float | None:
         """When the latest request to *host* still in flight here went, of those that went before *at*

@@ -74,6 +74,8 @@ class Pool(Sessions):
 
     def _expire_removals(self, now: float) -> None:
         """Apply the session policy to the endpoints still removed when their grace ends."""
+        if not self._removals:
+            return
         ended = {key for key in self._removals.expired(now) if self._endpoints[key].removed}
         if ended:
             self._handle_lost_endpoints(ended, REMOVED)

@@ -72,7 +72,11 @@ class CoreTables:
         # Sessions with nothing queued or in flight, least recently used first, with when they went idle.
         self._idle_sessions: OrderedDict[str, float] = OrderedDict()
         self._leases: dict[int, Lease] = {}
-        self._stall_timers: dict[int, object] = {}
+        # Each held lease's stall deadline, by id, in grant order (the same timeout for all, so also in
+        # deadline order): one timer for the earliest, where a timer per lease cost a reactor call to
+        # set and one to cancel on every request.
+        self._stall_due: dict[int, tuple[float, Lease]] = {}
+        self._stall_timer: object | None = None
         self._removals = RemovalGrace(o.removal_grace)
         self._closed: str | None = None
         self._close_error: type[Exception] = NoUsableEndpoints
