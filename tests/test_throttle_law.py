@@ -130,3 +130,11 @@ def test_a_quota_counted_down_by_every_ip_in_turn_is_the_hosts() -> None:
         shared.observe(f"ip{i % 4}", 100 - i)  # one counter: each answer one below the last
         own.observe(f"ip{i % 4}", 100 - i // 4)  # a counter per IP: the IPs show the same count
     assert shared.host_wide and not own.host_wide
+
+
+def test_no_spacing_at_all_is_cut_from_what_the_pool_can_send() -> None:
+    # POLITE_DELAY = (0, 0) and no adaptive mode: no rate to cut from but one request per IP per
+    # round trip, and no band to stretch; after the cuts each IP is spaced for its share of the rate.
+    r = crawl(ZOO["bucket-host"], 60.0, adaptive=False, POLITE_DELAY=(0.0, 0.0))
+    assert r.rate_limited > 0
+    assert r.ok > 0.2 * r.capacity * r.seconds and r.refused_share < 0.25, (r.ok, r.refused_share)

@@ -265,7 +265,9 @@ class HostController:
     def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
         b, p = self.bounds, self.params
         at_send = self.history.at(s.sent_at, self.rate)
-        in_force = at_send if at_send is not None else b.band_rate()
+        # With no host rate in force, what the band sends; with no band either, the most the pool
+        # sends with one request at a time per IP: one per IP per round trip.
+        in_force = at_send if at_send is not None else min(b.band_rate(), b.ips / max(s.now - s.sent_at, 1e-3))
         accepted, from_clean = self._accepted(s.now, in_force)
         # It failed at the rate it was sent at, unless the site took much less (it refused more
         # than a cut gives up) or the pool sent much less: then nearer what it answered cleanly.
@@ -372,12 +374,14 @@ class HostController:
         if rate is None:
             return b.band
         even = b.ips / rate
-        if b.adaptive:
+        mean = sum(b.band) / 2
+        if b.adaptive or mean <= 0:
             # Around the even share: an IP is due a little before its turn, and the host interval,
-            # not a chance alignment of spacings, paces the pool.
+            # not a chance alignment of spacings, paces the pool. (A band of no spacing at all has
+            # nothing to stretch: the same.)
             lo = max(b.floor, even * (1 - j))
             return lo, max(lo, even * (1 + j))
-        scale = max(1.0, even / (sum(b.band) / 2))
+        scale = max(1.0, even / mean)
         return b.band[0] * scale, b.band[1] * scale
 
     def _concurrency(self, rate: float | None) -> int:

@@ -4,6 +4,7 @@ Retry-After deadlines that reveal a window."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
 
@@ -90,33 +91,40 @@ class Windows:
 
 class Answers:
     """When the host's recent answers came and whether each was clean. Counted when they come: a
-    site that queues instead of refusing accepts what it answers, not what it was sent."""
+    site that queues instead of refusing accepts what it answers, not what it was sent. Kept as
+    running totals, so a count over any recent span is two binary searches, not a scan."""
 
-    __slots__ = ("_log", "born", "lookback", "least")
+    __slots__ = ("_at", "_clean", "_start", "born", "least", "lookback")
 
     def __init__(self, born: float, lookback: float, least: int) -> None:
-        self._log: deque[tuple[float, bool]] = deque(maxlen=4096)
+        #: Answer times, oldest first, and the clean answers up to and including each.
+        self._at: list[float] = []
+        self._clean: list[int] = []
+        self._start = 0  # answers before it are forgotten
         self.born, self.lookback, self.least = born, lookback, least
 
     def add(self, now: float, clean: bool) -> None:
-        self._log.append((now, clean))
+        self._at.append(now)
+        self._clean.append((self._clean[-1] if self._clean else 0) + clean)
+        if self._start > 4096:  # forget the old ones, now and then
+            del self._at[: self._start], self._clean[: self._start]
+            self._start = 0
+        elif len(self._at) - self._start > 4096:
+            self._start += 1
 
     def counts(self, now: float) -> tuple[int, int, float] | None:
         """Answers and clean answers over the last lookback, or over the last *least* answers when
         it holds fewer, and its seconds; ``None`` when too few to say, or in the host's first
         seconds (a start-up burst says nothing of a rate)."""
-        if len(self._log) < self.least:
+        end = len(self._at)
+        if end - self._start < self.least:
             return None
-        since = min(now - self.lookback, self._log[-self.least][0])
+        since = min(now - self.lookback, self._at[end - self.least])
         if since < self.born:
             return None
-        sent = clean = 0
-        for at, ok in reversed(self._log):
-            if at < since:
-                break
-            sent += 1
-            clean += ok
-        return sent, clean, max(now - since, 1e-3)
+        first = bisect_left(self._at, since, self._start, end)
+        before = self._clean[first - 1] if first > 0 else 0
+        return end - first, self._clean[-1] - before, max(now - since, 1e-3)
 
     def rate(self, now: float) -> float | None:
         """Answers per second over what :meth:`counts` covers."""
