@@ -62,7 +62,7 @@ pace_overloaded = object()
 #: A challenge from a host the endpoint had been crawling. Args: ``lease``, ``delay`` (s).
 pace_challenged = object()
 
-#: A clean answer. Args: ``lease``, ``status``, ``headers``.
+#: A clean answer. Args: ``lease``, ``status``, ``headers``, ``latency`` (Scrapy's download latency, s, or None).
 pace_ok = object()
 
 #: Several endpoints got no answer from a host. Args: ``host``, ``park`` (bool). A listener

@@ -152,7 +152,9 @@ class Attempts:
                     again.meta["retry_times"] = request.meta.get("retry_times", 0) + 1
                 return again
         else:
-            self.pace.ok(lease, status, headers)
+            # Scrapy's download latency is the site's and the proxy's, not the time the answer then
+            # waited in a busy crawler's own queues (which would read as a queue at the site).
+            self.pace.ok(lease, status, headers, latency=request.meta.get("download_latency"))
         self.recorder.attempt(request, lease, response=response, verdict=verdict.kind)
         return response
 

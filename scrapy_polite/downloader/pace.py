@@ -53,8 +53,8 @@ class Pace:
     def challenged(self, lease: Lease, delay: float) -> bool:
         return bool(self._tell(polite_signals.pace_challenged, lease=lease, delay=delay))
 
-    def ok(self, lease: Lease, status: int, headers: Any) -> None:
-        self._tell(polite_signals.pace_ok, lease=lease, status=status, headers=headers)
+    def ok(self, lease: Lease, status: int, headers: Any, latency: float | None = None) -> None:
+        self._tell(polite_signals.pace_ok, lease=lease, status=status, headers=headers, latency=latency)
 
     def unanswered(self, host: str, park: bool) -> str | None:
         """What the throttle did to *host* ("" if nothing new); None when no throttle listens."""

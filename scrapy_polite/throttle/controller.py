@@ -386,8 +386,8 @@ class HostController:
 
     def _concurrency(self, rate: float | None) -> int:
         b = self.bounds
-        latency = self.latency.median()
-        if not b.adaptive or rate is None or latency is None:
+        latency = self.latency.median() if b.adaptive and rate is not None else None
+        if rate is None or latency is None:
             return b.concurrency
         need = math.ceil(rate * latency * self.params.headroom) + 1
         return max(b.concurrency, min(b.concurrency_max, need))

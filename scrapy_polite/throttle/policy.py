@@ -96,13 +96,15 @@ class ThrottlePolicy:
                       {"status": "challenge", "signal": "challenge", "retry_after": round(delay, 3),
                        "endpoint": endpoint.label})
 
-    def ok(self, lease: Lease, status: int, headers: Any = None) -> None:
-        """A clean answer to the request *lease* let go."""
+    def ok(self, lease: Lease, status: int, headers: Any = None, latency: float | None = None) -> None:
+        """A clean answer to the request *lease* let go, *latency* seconds after it was sent (by
+        default since the grant)."""
         now, host, endpoint = self.clock(), lease.host, lease.endpoint.key
         self._streaks.pop((endpoint, host), None)
         busy = lease.rate_held or bool(self.gate.host(host).waiters)
         quota = self._quota(headers)
-        sample = Sample(OK, endpoint, lease.granted_at, now, latency=now - lease.granted_at, quota=quota, busy=busy)
+        took = now - lease.granted_at if latency is None else latency
+        sample = Sample(OK, endpoint, lease.granted_at, now, latency=took, quota=quota, busy=busy)
         self._observe(host, sample, "", {"status": status, "gap": _finite(lease.gap)})
         if quota is not None and quota.exhausted() and quota.reset:
             # Spent: this IP waits for the reset (the controller pauses the host when the quota is the host's).
