@@ -213,14 +213,14 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
-        host_wide = ra is not None and self._host_wide(ra, s.now)
+        host_wide = ra is not None and self._host_wide(ra)
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
             self._pause(s.now, s.now + ra)
             why = "; ".join(filter(None, [why, f"Retry-After honoured by every IP: host paused {ra:.1f} s"]))
         return why
 
-    def _host_wide(self, ra: float, now: float) -> bool:
+    def _host_wide(self, ra: float) -> bool:
         """Whether every IP waits out a Retry-After. IPs loaded evenly draw the same refusals from a
         per-IP limit as from a host-wide one, so which one spoke is unknown: a Retry-After of a few
         of each IP's spacings is the host's (the others would be refused as soon, and waiting costs
@@ -298,12 +298,11 @@ class HostController:
         share = self.level.share()
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
-        flat = self.level.flat_before + 1 if self.level.flat(self.params.independent_share) else 0
         if self.first_cut == s.now or (self.level.refused <= 1 and self.level.answers >= p.min_answers):
             # The first cut, or one after a level the site answered cleanly but once: where cuts
             # that may prove unfounded begin.
             self.chain_from = in_force
-        self.level = Level(share_before=share if from_clean else None, flat_before=flat if from_clean else 0)
+        self.level = Level(share_before=share if from_clean else None)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 

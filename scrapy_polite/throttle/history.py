@@ -43,8 +43,6 @@ class Level:
     #: the cut was not), and that rate: under it a rate limit refuses nothing, and above it a rate
     #: limit still answers about that rate cleanly.
     share_before: float | None = None
-    #: Levels in a row, before this one, whose refusals held their share through a cut.
-    flat_before: int = 0
 
     def flat(self, ratio: float) -> bool:
         """This level's refusals held their share through the cut made from the clean rate."""
