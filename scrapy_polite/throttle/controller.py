@@ -337,8 +337,10 @@ class HostController:
         reset, previous = found
         self._pause(s.now, reset)
         why = f"window resets in {reset - s.now:.1f} s: host paused until then"
-        budget = 0 if previous is None else sum(1 for t in self.clean if previous <= t < reset)
-        if budget and previous is not None and not self.independent:
+        if previous is None or self.independent:
+            return why
+        budget = sum(1 for t in self.clean if previous <= t < reset)
+        if budget:
             length = reset - previous
             self.peak = self.rate = self.floor_rate = max(self.bounds.min_rate(), budget / length)
             self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
