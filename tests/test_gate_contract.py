@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_polite.errors import SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.base import Gate, GateListeners
-from scrapy_polite.gate.state import Lease
+from scrapy_polite.gate.state import Lease, Limits
 from scrapy_polite.pool.endpoints import Endpoint
 
 pytestmark = pytest.mark.once
@@ -131,6 +131,28 @@ async def test_spacing_through_one_endpoint_stays_within_its_band(make: Any) -> 
     second = await granted(g.acquire(HOST))
     assert 0.3 - 0.01 <= second.granted_at - first.granted_at <= 0.4 + 0.25
     g.release(second)
+    await stop(g)
+
+
+@on_asyncio
+async def test_the_throttles_limits_apply_in_one_call(make: Any) -> None:
+    g = make(n=4, host_concurrency=4)
+    g.apply_limits(HOST, Limits(rate=None, spacing=(0.0, 0.0), concurrency=1, paused_until=time.monotonic() + 0.4))
+    ds = [g.acquire(HOST) for _ in range(2)]
+    assert await pending(ds[0], 0.2), "granted inside the pause"
+    first = await granted(ds[0])
+    assert await pending(ds[1]), "the concurrency of 1 let a second request in"
+    g.release(first)
+    g.release(await granted(ds[1]))
+    g.apply_limits(HOST, Limits(rate=4.0, spacing=(0.0, 0.0), concurrency=4))
+    await asyncio.sleep(0.1)  # a shared gate writes the rate on its own time; grants before it keep the old one
+    h = g.host(HOST)
+    assert (h.limit, h.interval) == (4, 0.25)
+    leases = [await granted(g.acquire(HOST)) for _ in range(3)]
+    gaps = [b.granted_at - a.granted_at for a, b in zip(leases, leases[1:])]
+    assert min(gaps) >= 0.25 - 0.03, gaps
+    for lease in leases:
+        g.release(lease)
     await stop(g)
 
 

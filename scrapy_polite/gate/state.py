@@ -31,6 +31,24 @@ class HostSignal(NamedTuple):
 NO_SIGNAL = HostSignal()
 
 
+@dataclass(frozen=True)
+class Limits:
+    """A host's limits as the throttle sets them, which the gate applies in one call
+    (:meth:`~scrapy_polite.gate.core.hosts.HostLimits.apply_limits`)."""
+
+    #: Requests per second across the pool (``None``: no host rate).
+    rate: float | None
+    #: The band each endpoint's spacing is drawn from, in seconds.
+    spacing: tuple[float, float]
+    concurrency: int
+    #: When the host may be asked again (the gate's clock; 0: not paused).
+    paused_until: float = 0.0
+
+    @property
+    def interval(self) -> float:
+        return 1 / self.rate if self.rate else 0.0
+
+
 @dataclass
 class Lease:
     """The right to send one request through one endpoint to one host."""

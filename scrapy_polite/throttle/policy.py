@@ -13,6 +13,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_polite.gate.backoff import doubling
@@ -141,20 +142,16 @@ class ThrottlePolicy:
 
     def _apply(self, host: str, c: HostController, reason: str, evidence: dict[str, Any]) -> None:
         """Put *c*'s limits on the gate: the one place the throttle writes to it."""
-        gate, limits = self.gate, c.limits()
-        h = gate.host(host)
+        limits, h = c.limits(), self.gate.host(host)
         old = self._snapshot(host)
         applied = self._applied.get(host)
         if _moved(applied, limits.rate) or limits.rate is None and h.interval > 0:
-            gate.set_host_interval(host, limits.interval)
             self._applied[host] = limits.rate
-        if not _same(h.delay, limits.spacing):
-            gate.set_host_delay(host, limits.spacing)
-        if limits.concurrency != h.limit:
-            gate.set_host_limit(host, limits.concurrency)
-        now = self.clock()
-        if limits.paused_until > max(h.paused_until, now) + 1e-3:
-            gate.pause_host(host, limits.paused_until - now)
+        else:  # a small move of the host rate is not written (a shared gate is written less often)
+            limits = replace(limits, rate=1 / h.interval if h.interval > 0 else None)
+        if _same(h.delay, limits.spacing):
+            limits = replace(limits, spacing=h.delay)
+        self.gate.apply_limits(host, limits)
         new = self._snapshot(host)
         if new != old:
             loud = any(word in reason for word in ("->", "paused", "quota", "back to"))

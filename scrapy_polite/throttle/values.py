@@ -6,7 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scrapy_polite.gate.state import Limits
 from scrapy_polite.throttle.quota import Quota
+
+__all__ = ["CHALLENGE", "OK", "OVERLOAD", "RATE", "Bounds", "Limits", "Sample"]
 
 OK, RATE, OVERLOAD, CHALLENGE = "ok", "rate", "overload", "challenge"
 
@@ -58,17 +61,3 @@ class Sample:
     quota: Quota | None = None
     #: The request waited for the host's rate (or others waited behind it): the rate is in use.
     busy: bool = False
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The host's limits, applied by the gate in one call."""
-
-    rate: float | None
-    spacing: tuple[float, float]
-    concurrency: int
-    paused_until: float = 0.0
-
-    @property
-    def interval(self) -> float:
-        return 1 / self.rate if self.rate else 0.0

@@ -1,9 +1,12 @@
-"""A host's live state and the throttle's setters: concurrency, spacing band, host rate, pauses."""
+"""A host's live state and its setters: concurrency, spacing band, host rate, pauses, and the
+throttle's :class:`~scrapy_polite.gate.state.Limits` applied in one call."""
 
 from __future__ import annotations
 
+import math
+
 from scrapy_polite.gate.core.tables import CoreTables
-from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, HostState
+from scrapy_polite.gate.state import NO_SIGNAL, HostSignal, HostState, Limits
 
 
 class HostLimits(CoreTables):
@@ -15,6 +18,20 @@ class HostLimits(CoreTables):
             h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
             self._on_host_created(host, h, self._clock())
         return h
+
+    def apply_limits(self, host: str, limits: Limits) -> None:
+        """Put the throttle's limits on *host*, writing only what differs (a shared gate writes
+        each field it changes)."""
+        h = self.host(host)
+        if not math.isclose(limits.interval, h.interval, rel_tol=1e-9):
+            self.set_host_interval(host, limits.interval)
+        if limits.spacing != h.delay:
+            self.set_host_delay(host, limits.spacing)
+        if limits.concurrency != h.limit:
+            self.set_host_limit(host, limits.concurrency)
+        now = self._clock()
+        if limits.paused_until > max(h.paused_until, now) + 1e-3:
+            self.pause_host(host, limits.paused_until - now)
 
     def set_host_limit(self, host: str, limit: int) -> None:
         h = self.host(host)

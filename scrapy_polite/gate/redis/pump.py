@@ -85,6 +85,9 @@ class Pump(Grants):
 
     def _eligible(self, h: HostState, now: float) -> tuple[list[Waiter], float]:
         """Waiters worth one grant attempt now, and when to look again otherwise."""
+        if h.paused_until > now:
+            # Paused here: the pause may not have reached Redis yet, and no attempt may overtake it.
+            return [], h.paused_until
         tries: list[Waiter] = []
         wake = now + 1.0
         unpinned = False
