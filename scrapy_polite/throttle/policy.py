@@ -24,7 +24,7 @@ from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.values import CHALLENGE, OK, OVERLOAD, RATE, Bounds, Sample
 
 if TYPE_CHECKING:
-    from scrapy_polite.gate.base import Gate
+    from scrapy_polite.gate.base import ThrottleGate
     from scrapy_polite.gate.state import Lease
     from scrapy_polite.pool.endpoints import Endpoint
     from scrapy_polite.settings.config import PoliteConfig
@@ -43,7 +43,7 @@ class ThrottlePolicy:
     def __init__(
         self,
         config: PoliteConfig,
-        gate: Gate,
+        gate: ThrottleGate,
         clock: Callable[[], float] = time.monotonic,
         notify: Notify | None = None,
         params: Params = DEFAULT,
