@@ -415,7 +415,7 @@ def test_report_memory_per_host_is_small() -> None:
 
 @pytest.mark.once
 def test_throttle_events_name_each_changed_value() -> None:
-    from scrapy_polite.throttle.events import throttle_events
+    from scrapy_polite.metrics.throttle_events import throttle_events
 
     old = {"concurrency": 4, "delay": (0.3, 0.35), "interval": 0.0, "paused_until": 0.0}
     new = {"concurrency": 2, "delay": (0.5, 0.52), "interval": 0.5, "paused_until": 101.0}
