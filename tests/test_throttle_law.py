@@ -67,6 +67,15 @@ def test_429s_that_do_not_depend_on_the_rate_stop_cutting_it() -> None:
     assert r.inside_retry_after == 0
 
 
+def test_429s_found_not_to_depend_on_the_rate_are_cut_again_once_they_grow_with_it() -> None:
+    # A host limit that falls from 8 to 1 req/s: the 429s of the fall can pass for rate-independent
+    # ones (a rate measured before it no longer holds), but once the rate is back up they grow with
+    # it, and the rate is cut again instead of drawing 429s for the rest of the crawl.
+    spec = {"kind": "shifting", "schedule": [[0, 3.0], [30, 8.0], [70, 1.0]]}
+    r = crawl(spec, 120.0, adaptive=True)
+    assert r.refused_share < 0.3, r.refused_share
+
+
 def test_a_stated_quota_is_paced_to_without_a_refusal() -> None:
     for name in ("ratelimit-headers", "ratelimit-headers-x"):
         r = crawl(ZOO[name], 90.0, adaptive=True)

@@ -52,8 +52,9 @@ class HostController:
     paused_until: float = 0.0
     #: The last cut was made from what the site answered cleanly (not a guess of beta times the rate).
     measured: bool = False
-    #: The 429s do not depend on the rate: signals no longer cut.
-    independent: bool = False
+    #: The share of answers refused when the 429s were found not to depend on the rate (``None``:
+    #: they do). Signals no longer cut while it predicts them.
+    independent: float | None = None
     #: The rate a chain of cuts began from (what cuts that did not help are taken back to).
     chain_from: float = 0.0
     quota: Stated = field(default_factory=Stated)
@@ -154,7 +155,7 @@ class HostController:
         if queue == "drains":
             return None  # the queue a latency cut left at the site drains before the rate grows
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
-                or (self.level.refused and not self.independent) or not self._in_use(s.now, self.rate)):
+                or (self.level.refused and self.independent is None) or not self._in_use(s.now, self.rate)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
             self.touched = max(self.touched, s.now)
             return None
@@ -227,21 +228,28 @@ class HostController:
         each a few turns), a longer one the refused IP's alone. Not when 429s do not depend on the
         rate (they are about the URL)."""
         spacing = self.bounds.ips / (self.rate or self.bounds.band_rate())
-        return not self.independent and ra <= self.params.scope_spacings * spacing
+        return self.independent is None and ra <= self.params.scope_spacings * spacing
 
     def _rate_signal(self, s: Sample, ra: float | None, host_wide: bool) -> str | None:
         if s.sent_at <= self.cut_at:
             self._charge()
             return None  # sent before the last cut: already answered for
-        if self.independent:
-            return None
-        if self.level.flat(self.params.independent_share):
-            self.independent = True
+        if self.independent is not None:
+            if not self.level.exceeds(self.independent):
+                return None
+            # More 429s at the rate restored than the share they were found at predicts: they depend on it.
+            self.independent = None
+            why = self._cut(s, "rate signal", 1, s.idle)
+            return f"429s more frequent at {self.history.at(s.sent_at, self.rate) or 0:.2f} req/s than when found " \
+                   f"not to depend on the rate: they do; {why}"
+        share = self.level.share()
+        if share is not None and self.level.flat(self.params.independent_share):
+            self.independent = share
             old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
-            self.peak = self.rate
+            self.peak, self.cut_at, self.level = self.rate, s.now, Level()
             return (f"429s as frequent at {old or 0:.2f} req/s, under the rate the site answered cleanly, "
                     f"as above it: they do not depend on the rate; cuts taken back to {self.rate:.2f} req/s, "
-                    "no more cuts")
+                    "no more cuts while their share holds")
         if self.measured and self.level.answers < self.params.min_answers:
             # A level set under what the site answered cleanly needs a level's worth of evidence (a
             # rate limit refuses it rarely); one only guessed at is cut again at its first refusal.
@@ -337,7 +345,7 @@ class HostController:
         reset, previous = found
         self._pause(s.now, reset)
         why = f"window resets in {reset - s.now:.1f} s: host paused until then"
-        if previous is None or self.independent:
+        if previous is None or self.independent is not None:
             return why
         budget = sum(1 for t in self.clean if previous <= t < reset)
         if budget:

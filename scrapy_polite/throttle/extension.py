@@ -17,8 +17,8 @@ from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.pace import throttle_handlers
-from scrapy_polite.runtime import enabled_runtime, get_runtime
 from scrapy_polite.metrics.throttle_events import evidence_text, throttle_events
+from scrapy_polite.runtime import enabled_runtime, get_runtime
 from scrapy_polite.throttle.policy import ThrottlePolicy
 
 if TYPE_CHECKING:

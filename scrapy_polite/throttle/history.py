@@ -4,6 +4,7 @@ Retry-After deadlines that reveal a window."""
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +52,12 @@ class Level:
 
     def share(self) -> float | None:
         return self.refused / self.answers if self.answers >= 8 else None
+
+    def exceeds(self, share: float) -> bool:
+        """More refusals than *share* of the answers explains, by three standard deviations of
+        their count (a binomial's), not by chance."""
+        expected = share * self.answers
+        return self.answers >= 8 and self.refused > expected + 3 * math.sqrt(expected * (1 - share))
 
 
 
