@@ -99,6 +99,16 @@ def test_a_penalty_for_overshooting_is_probed_rarely() -> None:
     assert r.inside_retry_after == 0
 
 
+def test_a_host_closed_after_an_overshoot_is_waited_out_by_every_ip() -> None:
+    # Past 4 req/s the whole host is closed for 15 s, and each request inside the closure prolongs
+    # it: once a request sent at the rate a cut set is refused inside another IP's Retry-After, the
+    # host waits, instead of cutting at each refusal and sending into the closure.
+    spec = {"kind": "penalty_box", "rate": 4.0, "burst": 1, "penalty": 15.0, "scope": "host"}
+    r = crawl(spec, 120.0, adaptive=True)
+    assert r.rate_limited <= 10, r.rate_limited
+    assert r.efficiency > 0.45, r.efficiency
+
+
 def test_a_retry_after_longer_than_the_cap_keeps_the_ip_out_until_then() -> None:
     # The site asks for 600 s, more than POLITE_RETRY_AFTER_MAX: the request goes again sooner, through
     # another IP; the refused IP itself waits all of it.

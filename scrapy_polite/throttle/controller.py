@@ -21,7 +21,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from scrapy_polite.throttle.history import Answers, Level, RateHistory, Windows
+from scrapy_polite.throttle.history import RESOLUTION, Answers, Level, RateHistory, Windows
 from scrapy_polite.throttle.latency import LatencyWatch
 from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.quota import Stated
@@ -64,6 +64,10 @@ class HostController:
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
     first_cut: float | None = None
+    #: The rate a window's budget spreads evenly (inf: no window found).
+    window_rate: float = math.inf
+    #: When the refusal that made the last cut said the site opens again (-inf: it did not say).
+    closed_until: float = -math.inf
     #: The highest rate a host rate in force was refused at.
     refused_at: float = 0.0
     #: (since, rate) of the recent rates in force, oldest first.
@@ -139,7 +143,9 @@ class HostController:
         # above it): under it the host interval paces the pool, and no IP waits out a spacing drawn
         # for a cut, yet none goes faster than the site answered it.
         spaced = None if rate is None else max(rate, self.answered)
-        return Limits(rate, self._spacing(spaced), self._concurrency(rate), self.paused_until)
+        b, p = self.bounds, self.params
+        latency = self.latency.median() if b.adaptive and rate is not None else None
+        return Limits(rate, b.spacing(spaced, p.jitter), b.in_flight(rate, latency, p.headroom), self.paused_until)
 
     # -- the law ---------------------------------------------------------------
 
@@ -154,9 +160,11 @@ class HostController:
             return why
         if queue == "drains":
             return None  # the queue a latency cut left at the site drains before the rate grows
+        undecided = self.level.refused and self.level.answers < self.params.min_answers
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
-                or (self.level.refused and self.independent is None) or not self._in_use(s.now, self.rate)):
-            # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
+                or (undecided and self.independent is None) or not self._in_use(s.now, self.rate)):
+            # A refusal since the last cut holds the climb until the level has its evidence: another
+            # refusal then cuts, and none says the site refuses the level rarely.
             self.touched = max(self.touched, s.now)
             return None
         if self.starting:
@@ -168,7 +176,7 @@ class HostController:
     def _climb(self, now: float, new: float, why: str) -> str | None:
         assert self.rate is not None
         top = self.bounds.max_rate()
-        top = min(top, self.quota.binds(now) or math.inf)
+        top = min(top, self.quota.binds(now) or math.inf, self.window_rate)
         if new >= top and not self.bounds.adaptive:
             self.rate = None  # the band binds again: no host rate of its own
             self.changed_at = now
@@ -214,7 +222,7 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
-        host_wide = ra is not None and self._host_wide(ra)
+        host_wide = ra is not None and (self._host_wide(ra) or self._closed_elsewhere(s))
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
             self._pause(s.now, s.now + ra)
@@ -230,6 +238,15 @@ class HostController:
         spacing = self.bounds.ips / (self.rate or self.bounds.band_rate())
         return self.independent is None and ra <= self.params.scope_spacings * spacing
 
+    def _closed_elsewhere(self, s: Sample) -> bool:
+        """A request sent inside the Retry-After of the refusal that made the last cut, at the rate
+        that cut set, refused: the host is closed. A rate limit the cut had met would not refuse
+        it; a closure (a window, a penalty) refuses any IP, and may be prolonged by each request
+        inside it."""
+        at = self.history.at(s.sent_at, self.rate)
+        return (self.independent is None and self.cut_at < s.sent_at < self.closed_until
+                and at is not None and at <= self.floor_rate)
+
     def _rate_signal(self, s: Sample, ra: float | None, host_wide: bool) -> str | None:
         if s.sent_at <= self.cut_at:
             self._charge()
@@ -242,6 +259,10 @@ class HostController:
             why = self._cut(s, "rate signal", 1, s.idle)
             return f"429s more frequent at {self.history.at(s.sent_at, self.rate) or 0:.2f} req/s than when found " \
                    f"not to depend on the rate: they do; {why}"
+        if ra is not None and abs(s.now + ra - self.closed_until) < RESOLUTION:
+            # The site named this moment already, to the refusal that made the last cut: the same
+            # closure (a penalty, a window), which says nothing of the rate since.
+            return None
         share = self.level.share()
         if share is not None and self.level.flat(self.params.independent_share):
             self.independent = share
@@ -301,6 +322,7 @@ class HostController:
         self.hold = 0.0 if measured else self._hold(peak, cost)
         self.measured = measured
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
+        self.closed_until = -math.inf if s.retry_after is None else s.now + s.retry_after
         self.starting = False
         self.latency.cut()
         share = self.level.share()
@@ -350,7 +372,8 @@ class HostController:
         budget = sum(1 for t in self.clean if previous <= t < reset)
         if budget:
             length = reset - previous
-            self.peak = self.rate = self.floor_rate = max(self.bounds.min_rate(), budget / length)
+            # The budget is the site's statement, as a stated quota: paced to, never probed past.
+            self.peak = self.rate = self.floor_rate = self.window_rate = max(self.bounds.min_rate(), budget / length)
             self.k, self.grown, self.cut_at, self.changed_at = self._k(self.peak, self.rate), 0.0, s.now, s.now
             self.hold, self.starting = 0.0, False
             why += f"; {budget} requests per {length:.1f} s spread evenly: {self.rate:.2f} req/s"
@@ -375,28 +398,3 @@ class HostController:
             scope = "the host's" if self.quota.scope.host_wide else "each IP's"
             return f"quota stated ({scope}): {old or 0:.2f} -> {self.rate:.2f} req/s"
         return None
-
-    # -- what the law sets -----------------------------------------------------
-
-    def _spacing(self, rate: float | None) -> tuple[float, float]:
-        b, j = self.bounds, self.params.jitter
-        if rate is None:
-            return b.band
-        even = b.ips / rate
-        mean = sum(b.band) / 2
-        if b.adaptive or mean <= 0:
-            # Around the even share: an IP is due a little before its turn, and the host interval,
-            # not a chance alignment of spacings, paces the pool. (A band of no spacing at all has
-            # nothing to stretch: the same.)
-            lo = max(b.floor, even * (1 - j))
-            return lo, max(lo, even * (1 + j))
-        scale = max(1.0, even / mean)
-        return b.band[0] * scale, b.band[1] * scale
-
-    def _concurrency(self, rate: float | None) -> int:
-        b = self.bounds
-        latency = self.latency.median() if b.adaptive and rate is not None else None
-        if rate is None or latency is None:
-            return b.concurrency
-        need = math.ceil(rate * latency * self.params.headroom) + 1
-        return max(b.concurrency, min(b.concurrency_max, need))

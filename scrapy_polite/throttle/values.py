@@ -43,6 +43,28 @@ class Bounds:
         """The slowest: one request per four of the band's longest spacings, host-wide."""
         return 1 / (4 * max(self.band[1], 1.0))
 
+    def spacing(self, rate: float | None, jitter: float) -> tuple[float, float]:
+        """Each IP's spacing band for a host *rate* (``None``: the configured band)."""
+        if rate is None:
+            return self.band
+        even = self.ips / rate
+        mean = sum(self.band) / 2
+        if self.adaptive or mean <= 0:
+            # Around the even share: an IP is due a little before its turn, and the host interval,
+            # not a chance alignment of spacings, paces the pool. (A band of no spacing at all has
+            # nothing to stretch: the same.)
+            lo = max(self.floor, even * (1 - jitter))
+            return lo, max(lo, even * (1 + jitter))
+        scale = max(1.0, even / mean)
+        return self.band[0] * scale, self.band[1] * scale
+
+    def in_flight(self, rate: float | None, latency: float | None, headroom: float) -> int:
+        """Requests in flight for *rate* at *latency* (Little's law), with *headroom*."""
+        if rate is None or latency is None:
+            return self.concurrency
+        need = math.ceil(rate * latency * headroom) + 1
+        return max(self.concurrency, min(self.concurrency_max, need))
+
 
 @dataclass(frozen=True)
 class Sample:
