@@ -109,6 +109,15 @@ def test_a_host_closed_after_an_overshoot_is_waited_out_by_every_ip() -> None:
     assert r.efficiency > 0.45, r.efficiency
 
 
+def test_the_first_requests_refused_together_are_no_probe_to_hold_back_from() -> None:
+    # Three IPs' first requests reach a host bucket of 4 req/s at once, and two are refused: no
+    # host rate was in force when they went, so the cut that follows climbs back without the hold
+    # a failed probe earns, and the crawl reaches the host's rate.
+    spec = {"kind": "token_bucket", "rate": 4.0, "burst": 1, "scope": "host"}
+    r = crawl(spec, 120.0, adaptive=True, ips=3)
+    assert r.efficiency > 0.8, r.efficiency
+
+
 def test_a_retry_after_longer_than_the_cap_keeps_the_ip_out_until_then() -> None:
     # The site asks for 600 s, more than POLITE_RETRY_AFTER_MAX: the request goes again sooner, through
     # another IP; the refused IP itself waits all of it.

@@ -293,7 +293,8 @@ class HostController:
 
     def _cut(self, s: Sample, why: str, depth: int, cost: float) -> str:
         b, p = self.bounds, self.params
-        at_send = self.history.at(s.sent_at, self.rate)
+        # Sent before this controller began (the host's first requests): no host rate was in force.
+        at_send = None if s.sent_at < self.born else self.history.at(s.sent_at, self.rate)
         # With no host rate in force, what the band sends; with no band either, the most the pool
         # sends with one request at a time per IP: one per IP per round trip.
         in_force = at_send if at_send is not None else min(b.band_rate(), b.ips / max(s.now - s.sent_at, 1e-3))
@@ -318,8 +319,9 @@ class HostController:
         # What the site answered cleanly (at most the peak): each IP is spaced for its share of it.
         self.answered = min(peak, accepted) if accepted is not None else new
         self.k = self._k(peak, new)
-        # What the site answered is under its limit: past it the curve probes without a hold.
-        self.hold = 0.0 if measured else self._hold(peak, cost)
+        # What the site answered is under its limit, and a rate never in force was no probe of
+        # one: past either the curve probes without a hold.
+        self.hold = 0.0 if measured or at_send is None else self._hold(peak, cost)
         self.measured = measured
         self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
         self.closed_until = -math.inf if s.retry_after is None else s.now + s.retry_after
