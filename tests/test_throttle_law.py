@@ -11,8 +11,9 @@ import statistics
 import pytest
 from zoo_sim import crawl
 
+from scrapy_polite.downloader.ratelimit_headers import Quota, read
 from scrapy_polite.sandbox.limiters import ZOO
-from scrapy_polite.throttle.quota import Quota, Scope, read
+from scrapy_polite.throttle.quota import Scope
 
 pytestmark = pytest.mark.once
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from scrapy_polite.downloader import ratelimit_headers as quota_headers
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.pool.host_memory import HostMemory
-from scrapy_polite.throttle import quota as quota_headers
 from scrapy_polite.throttle.controller import HostController
 from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.values import CHALLENGE, OK, OVERLOAD, RATE, Bounds, Sample

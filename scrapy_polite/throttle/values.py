@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scrapy_polite.downloader.ratelimit_headers import Quota
 from scrapy_polite.gate.state import Limits
-from scrapy_polite.throttle.quota import Quota
 
 __all__ = ["CHALLENGE", "OK", "OVERLOAD", "RATE", "Bounds", "Limits", "Sample"]
 
