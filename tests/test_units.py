@@ -11,13 +11,13 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.downloader.robots import crawl_delay as _crawl_delay
 from scrapy_polite.errors import PoliteConfigError, SessionEndpointLost
 from scrapy_polite.gate.backoff import doubling
 from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.local import PAIR_MEMORY, LocalGate
 from scrapy_polite.pool.endpoints import expand, mask_proxy_url, read_proxies_file
 from scrapy_polite.settings.config import PoliteConfig
-from scrapy_polite.throttle.extension import _crawl_delay
 
 PROXIES = ["http://u:p@127.0.0.1:8001", "http://u:p@127.0.0.1:8002"]
 

@@ -15,12 +15,12 @@ from conftest import ROOT
 
 from scrapy_polite.downloader.exit_ip import parse_exit_ip
 from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.downloader.robots import crawl_delay as _crawl_delay
 from scrapy_polite.downloader.splash import _target_headers
 from scrapy_polite.report.model import build
 from scrapy_polite.report.page import render
 from scrapy_polite.report.records import check_line
 from scrapy_polite.sandbox.config import LITERAL_RETRY_AFTER, SandboxConfig, SiteConfig
-from scrapy_polite.throttle.extension import _crawl_delay
 
 NOW = 1_800_000_000.0
 

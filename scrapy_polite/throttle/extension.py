@@ -2,21 +2,20 @@
 
 Logs each change once with its evidence, sends ``host_throttle_changed`` (the
 stats write it as a throttle event line), reports the end of pauses and parks,
-and takes a robots.txt ``Crawl-delay`` as the host's minimum spacing.
+and has a robots.txt ``Crawl-delay`` read as the host's minimum spacing (:mod:`~scrapy_polite.downloader.robots`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.downloader.pace import throttle_handlers
+from scrapy_polite.downloader.robots import CrawlDelay, robots_agent
 from scrapy_polite.metrics.throttle_events import evidence_text, throttle_events
 from scrapy_polite.runtime import enabled_runtime, get_runtime
 from scrapy_polite.throttle.policy import ThrottlePolicy
@@ -36,15 +35,14 @@ class HostThrottle:
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
         # The middleware tells what each answer said through the pace signals.
         polite_signals.connect(crawler, throttle_handlers(self.policy))
-        # Bounded as the host memory: a host's Crawl-delay outlives its eviction there.
-        self._robots_seen: OrderedDict[str, None] = OrderedDict()
-        self._robots_max = max(1, rt.config.host_memory)
         self._stats_hosts: set[str] = set()
         self._stats_top = rt.config.stats_top
         self._resume_calls: list[Any] = []
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         if crawler.settings.getbool("ROBOTSTXT_OBEY"):
-            crawler.signals.connect(self._response_received, signal=signals.response_received)
+            # Kept here: a signal holds its receiver weakly.
+            self.robots = CrawlDelay(rt.gate, rt.config, robots_agent(crawler.settings))
+            crawler.signals.connect(self.robots.response_received, signal=signals.response_received)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HostThrottle:
@@ -106,48 +104,3 @@ class HostThrottle:
             if call.active():
                 call.cancel()
         self._resume_calls.clear()
-
-    def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
-        """Use a robots.txt ``Crawl-delay`` as the host's minimum spacing."""
-        if not request.url.endswith("/robots.txt") or response.status != 200:
-            return
-        from scrapy_polite.downloader.proxy_meta import host_key
-
-        host = host_key(request, get_runtime(self.crawler).config.host_key)
-        if host in self._robots_seen:
-            return
-        self._robots_seen[host] = None
-        if len(self._robots_seen) > self._robots_max:
-            self._robots_seen.popitem(last=False)
-        delay = _crawl_delay(response.text if hasattr(response, "text") else "", robots_agent(self.crawler.settings))
-        if delay is None:
-            return
-        rt = get_runtime(self.crawler)
-        spacing = min(delay, rt.config.retry_after_max)
-        rt.gate.set_host_min_delay(host, spacing)
-        if spacing < delay:
-            logger.warning(
-                "%s robots.txt Crawl-delay %g s capped at POLITE_RETRY_AFTER_MAX: %.1f s is "
-                "the minimum spacing", host, delay, spacing,
-            )
-        else:
-            logger.info("%s robots.txt Crawl-delay %.1f s is the minimum spacing", host, delay)
-
-
-def robots_agent(settings: Any) -> str:
-    """The agent robots.txt rules are read for: ``ROBOTSTXT_USER_AGENT``, else ``USER_AGENT`` (as RobotsTxtMiddleware)."""
-    return settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
-
-
-def _crawl_delay(text: str, agent: str = "*") -> float | None:
-    """The ``Crawl-delay`` robots.txt gives *agent*, parsed by Protego (Scrapy's parser).
-
-    ``None`` unless it is a positive finite number of seconds: the site writes it.
-    """
-    from protego import Protego
-
-    try:
-        delay = float(Protego.parse(text).crawl_delay(agent) or 0)
-    except Exception:  # a broken robots.txt must not break the crawl
-        return None
-    return delay if math.isfinite(delay) and delay > 0 else None
