@@ -1,18 +1,10 @@
-"""One host's rate controller: samples in, limits out (the law is ``docs/throttle.md``).
+"""One host's rate controller: samples in, limits out (the law, with its equations, is
+``docs/throttle.md``). The site is modelled by one number, the rate it accepts from the pool: cut
+on rate and overload signals, grown back on a CUBIC curve while in use, probed past as rarely as
+a failed probe's cost allows; each IP's spacing, the host interval and the concurrency follow.
 
-The site is modelled by one number, the rate it accepts from the pool. Every
-answer is a sample. A rate signal (429, a configured code, 503 with
-Retry-After) or an overload signal (5xx from several IPs, latency well above
-the host's baseline) cuts the rate to ``beta`` times the rate the site was
-seen to accept, once per round trip. Clean answers grow it back on a CUBIC
-curve toward the rate that failed, and past it, only while that rate is in use;
-a failed probe's cost (the Retry-After it idles an IP or the host for) sets how
-rarely the curve comes back to it. The spacing of each IP, the host interval
-and the concurrency all follow from the one rate, so per-IP and host-wide
-limits need no telling apart while IPs are loaded evenly.
-
-Pure: no gate, no clock of its own. :mod:`~scrapy_polite.throttle.policy`
-feeds it and applies what it returns.
+Pure: no gate, no clock of its own. :mod:`~scrapy_polite.throttle.policy` feeds it and applies
+what it returns.
 """
 
 from __future__ import annotations
@@ -252,7 +244,7 @@ class HostController:
             self._charge()
             return None  # sent before the last cut: already answered for
         if self.independent is not None:
-            if not self.level.exceeds(self.independent):
+            if not self.level.exceeds(self.independent, self.params.min_answers):
                 return None
             # More 429s at the rate restored than the share they were found at predicts: they depend on it.
             self.independent = None
@@ -263,8 +255,8 @@ class HostController:
             # The site named this moment already, to the refusal that made the last cut: the same
             # closure (a penalty, a window), which says nothing of the rate since.
             return None
-        share = self.level.share()
-        if share is not None and self.level.flat(self.params.independent_share):
+        share = self.level.share(self.params.min_answers)
+        if share is not None and self.level.flat(self.params.independent_share, self.params.min_answers):
             self.independent = share
             old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
             self.peak, self.cut_at, self.level = self.rate, s.now, Level()
@@ -327,7 +319,7 @@ class HostController:
         self.closed_until = -math.inf if s.retry_after is None else s.now + s.retry_after
         self.starting = False
         self.latency.cut()
-        share = self.level.share()
+        share = self.level.share(self.params.min_answers)
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
         if self.first_cut == s.now or (self.level.refused <= 1 and self.level.answers >= p.min_answers):

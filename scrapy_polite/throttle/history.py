@@ -45,19 +45,20 @@ class Level:
     #: limit still answers about that rate cleanly.
     share_before: float | None = None
 
-    def flat(self, ratio: float) -> bool:
+    def flat(self, ratio: float, least: int) -> bool:
         """This level's refusals held their share through the cut made from the clean rate."""
-        share, before = self.share(), self.share_before
+        share, before = self.share(least), self.share_before
         return before is not None and before > 0 and share is not None and share >= ratio * before
 
-    def share(self) -> float | None:
-        return self.refused / self.answers if self.answers >= 8 else None
+    def share(self, least: int) -> float | None:
+        """The share of its answers refused, once it holds *least* answers."""
+        return self.refused / self.answers if self.answers >= least else None
 
-    def exceeds(self, share: float) -> bool:
+    def exceeds(self, share: float, least: int) -> bool:
         """More refusals than *share* of the answers explains, by three standard deviations of
         their count (a binomial's), not by chance."""
         expected = share * self.answers
-        return self.answers >= 8 and self.refused > expected + 3 * math.sqrt(expected * (1 - share))
+        return self.answers >= least and self.refused > expected + 3 * math.sqrt(expected * (1 - share))
 
 
 
