@@ -27,11 +27,22 @@ def cell(log: list[dict[str, Any]], sc: Scenario) -> dict[str, Any]:
     }
 
 
+def held_at_stop(r: dict[str, Any]) -> int:
+    """Pages a crawl stopped by its time limit still held, waiting to go again (the package counts
+    them as ``polite/dropped_at_close``): not given up, only unfinished."""
+    stats = (r.get("crawler") or {}).get("stats") or {}
+    return int(stats.get("polite/dropped_at_close", 0)) if r.get("lost_items") else 0
+
+
+def lost(r: dict[str, Any]) -> int:
+    """Pages asked for and never answered 200 (the access log), less those still held at the stop."""
+    return max(0, (r.get("lost_items") or 0) - held_at_stop(r))
+
+
 def _clean(r: dict[str, Any]) -> list[str]:
     """What a cell got wrong of: no page lost, none inside a Retry-After, no IP blocked, one in flight per IP."""
-    bad = []
-    for key, label in (("lost_items", "lost"), ("inside_retry_after", "inside Retry-After"),
-                       ("blocked_ips", "blocked IPs")):
+    bad = [f"{lost(r)} lost"] if lost(r) else []
+    for key, label in (("inside_retry_after", "inside Retry-After"), ("blocked_ips", "blocked IPs")):
         if r.get(key):
             bad.append(f"{r[key]} {label}")
     if (r.get("max_inflight_ip") or 0) > 1:
@@ -72,8 +83,8 @@ def checks(results: list[dict[str, Any]], scenarios: list[Scenario]) -> list[dic
                     add(f"{s.name}: polite-adaptive >= {other}", ea >= eo, f"steady {ea:.3f} vs {eo:.3f}")
     d = [(s.name, cells[(s.name, "polite-defaults")]) for s in zoo if (s.name, "polite-defaults") in cells]
     if d:
-        lost = {n: r.get("lost_items", 0) for n, r in d if r.get("lost_items")}
-        add("zoo: polite-defaults never loses a page", not lost, ", ".join(f"{n} {v}" for n, v in lost.items())
+        gone = {n: lost(r) for n, r in d if lost(r)}
+        add("zoo: polite-defaults never loses a page", not gone, ", ".join(f"{n} {v}" for n, v in gone.items())
             or f"0 lost on {len(d)} scenarios")
         over = {n: r.get("refusal_share", 0.0) for n, r in d if r.get("refusal_share", 0.0) > DEFAULTS_REFUSALS}
         add(f"zoo: polite-defaults refusals <= {100 * DEFAULTS_REFUSALS:g}%", not over,
@@ -90,14 +101,18 @@ def table(results: list[dict[str, Any]], scenarios: list[Scenario]) -> list[str]
     lines = ["", "## Limiter zoo", "",
              "*eff* = steady efficiency against the limiter's capacity (– under 10 pages); *rate-limit* and *overload* = the site's "
              "refusals of each kind as a share of requests (a rate-independent site's by-design 429s included); "
-             "*other* = requests inside a Retry-After, blocked IPs, more than one request in flight per IP.", "",
+             "*lost* = pages given up (asked for, never answered 200, not held at the time limit); "
+             "*other* = pages still held when the time limit stopped the crawl, requests inside a Retry-After, "
+             "blocked IPs, more than one request in flight per IP.", "",
              "| scenario | client | eff | rate-limit | overload | lost | other |", "|---|---|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (zoo.index(r["scenario"]), r["client"])):
         other = [b for b in _clean(r) if "lost" not in b]
+        if held_at_stop(r):
+            other.insert(0, f"{held_at_stop(r)} held at the time limit")
         eff = r.get("steady_efficiency")
         lines.append(f"| {r['scenario']} | {r['client']} | {'–' if eff is None else f'{eff:.2f}'} | "
                      f"{100 * r.get('rate_limit_share', 0):.1f}% | {100 * r.get('overload_share', 0):.1f}% | "
-                     f"{r.get('lost_items', '–')} | {', '.join(other) or '–'} |")
+                     f"{lost(r) if 'lost_items' in r else '–'} | {', '.join(other) or '–'} |")
     return lines
 
 

@@ -185,3 +185,16 @@ def test_rate_independent_429s_are_counted_as_the_sites_not_the_clients(zoo: San
     cell = zoo_report.cell(_log(zoo, "once"), sc)
     assert cell["rate_limit_answers"] == 2 and cell["refusals_by_design"] == 2
     assert cell["refusal_share"] == 0.0 and cell["inside_retry_after"] == 0
+
+
+def test_pages_still_held_when_the_time_limit_stops_a_crawl_are_not_counted_lost() -> None:
+    import zoo_report
+
+    def result(unanswered: int, held: int | None) -> dict:
+        stats = {} if held is None else {"polite/dropped_at_close": held}
+        return {"lost_items": unanswered, "crawler": {"stats": stats}}
+
+    assert zoo_report.lost(result(3, 2)) == 1  # one given up, two waiting to go again at the stop
+    assert zoo_report.lost(result(2, 5)) == 0
+    assert zoo_report.lost(result(4, None)) == 4  # a client that holds nothing back loses what it did not get
+    assert zoo_report.lost(result(0, 3)) == 0
