@@ -184,7 +184,8 @@ async def test_503_with_retry_after_is_a_rate_signal(sandbox) -> None:
     log = sb.log()
     gaps = quiet_after(log, status=503)
     assert gaps and min(g for g, _ in gaps) >= 2.0 - 0.05
-    assert result.stats.get("polite/rate_limited", 0) == len(gaps)
+    # Every 503 counted as a rate signal (an IP's last answer may be one: no gap follows it).
+    assert result.stats.get("polite/rate_limited", 0) == statuses(log).get(503, 0) >= len(gaps)
     assert_nothing_lost(log, 12, result)
 
 
