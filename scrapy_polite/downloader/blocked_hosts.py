@@ -98,7 +98,7 @@ class BlockedHosts:
 
     def waiting(self, host: str, acquiring: Deferred) -> None:
         """*acquiring* (the gate's Deferred for a request of *host*) waits: it is cancelled if the host is blocked."""
-        if self.policy != GIVE_UP:
+        if self.policy != GIVE_UP or acquiring.called:  # granted at once: nothing left to cancel
             return
         held = self._waiting.setdefault(host, set())
         held.add(acquiring)
