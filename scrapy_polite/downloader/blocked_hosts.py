@@ -77,6 +77,8 @@ class BlockedHosts:
 
     def refusal(self, host: str) -> HostBlocked | None:
         """The error to give a request for *host* up with, while it is blocked and the policy says so."""
+        if host not in self._blocked:  # the common case: no clock read
+            return None
         now = self._clock()
         until = self._still_blocked(host, now)
         if until is None or self.policy != GIVE_UP:
@@ -96,7 +98,7 @@ class BlockedHosts:
 
     def waiting(self, host: str, acquiring: Deferred) -> None:
         """*acquiring* (the gate's Deferred for a request of *host*) waits: it is cancelled if the host is blocked."""
-        if self.policy != GIVE_UP:
+        if self.policy != GIVE_UP or acquiring.called:  # granted at once: nothing left to cancel
             return
         held = self._waiting.setdefault(host, set())
         held.add(acquiring)

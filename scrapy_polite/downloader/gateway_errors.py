@@ -67,9 +67,15 @@ class GatewayErrors:
         else:
             self._hosts.move_to_end(host)
         now = self._clock()
-        for key in [k for k, last in seen.items() if last.at < now - self.window]:
-            del seen[key]
-        previous = seen.get(endpoint)
+        # Each endpoint's answer goes to the end when it comes, so the host's are oldest first:
+        # those out of the window are at the front (no scan of all of them on every answer).
+        stale = now - self.window
+        while seen:
+            oldest = next(iter(seen))
+            if seen[oldest].at >= stale:
+                break
+            del seen[oldest]
+        previous = seen.pop(endpoint, None)
         streak = previous.streak + 1 if gateway and previous is not None and previous.gateway else int(gateway)
         seen[endpoint] = _Last(now, gateway, streak)
         if not gateway:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import signals
 from scrapy.utils.defer import maybe_deferred_to_future
@@ -51,6 +51,12 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
+
+
+def granted(acquiring: Any) -> Lease | None:
+    """The lease *acquiring* already fired with (the gate granted at once), without a Future to await."""
+    result = getattr(acquiring, "result", None) if acquiring.called else None
+    return result if isinstance(result, Lease) else None
 
 
 class PoliteProxyMiddleware:
@@ -135,7 +141,9 @@ class PoliteProxyMiddleware:
         acquiring = self.gate.acquire(host, session, not_before, tag=request.url, endpoint=pinned)
         self.blocked.waiting(host, acquiring)
         try:
-            lease = await maybe_deferred_to_future(acquiring)
+            lease = granted(acquiring)
+            if lease is None:
+                lease = cast(Lease, await maybe_deferred_to_future(acquiring))
         except CancelledError:
             if (blocked := self.blocked.refusal(host)) is None:
                 raise

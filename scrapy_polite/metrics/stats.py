@@ -18,6 +18,7 @@ from scrapy import signals
 from scrapy_polite import signals as polite_signals
 from scrapy_polite.metrics.closing import close_off_thread, closing_values
 from scrapy_polite.metrics.fleet_publisher import Publisher, fleet_publisher
+from scrapy_polite.metrics.increments import increments
 from scrapy_polite.metrics.jsonl import JsonlSink, jsonl_path, report_path
 from scrapy_polite.metrics.outcome import Outcome
 from scrapy_polite.metrics.percentiles import REPORTED, seconds_at, summary_fields
@@ -132,7 +133,7 @@ class PoliteStats:
         """The attempt in the live ``polite/`` stats keys."""
         host, source = outcome.host, outcome.exit_ip_source or "unknown"
         self.exit_ip_sources[source] += 1
-        inc = self.stats.inc_value
+        inc = increments(self.stats)
         inc("polite/attempts")
         inc(f"polite/status/{outcome.label}")
         inc(f"polite/exit_ip_source/{source}")

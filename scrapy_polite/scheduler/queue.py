@@ -127,16 +127,24 @@ class LoadIndex:
         old = self._load.get(slot)
         if old == load:
             return
+        self._load[slot] = load
+        if old is not None and len(self._buckets[old]) == 1 and load not in self._buckets:
+            # The slot alone at its load (a crawl of one host): its bucket moves whole.
+            self._file(load, self._buckets.pop(old))
+            return
         if old is not None:
             self._take(slot, old)
-        self._load[slot] = load
         bucket = self._buckets.get(load)
         if bucket is None:
-            bucket = self._buckets[load] = SortedNames()
-            if load not in self._heaped:
-                self._heaped.add(load)
-                heapq.heappush(self._loads, load)
+            bucket = SortedNames()
+            self._file(load, bucket)
         bucket.add(slot)
+
+    def _file(self, load: int, bucket: SortedNames) -> None:
+        self._buckets[load] = bucket
+        if load not in self._heaped:
+            self._heaped.add(load)
+            heapq.heappush(self._loads, load)
 
     def discard(self, slot: str) -> None:
         old = self._load.pop(slot, None)
@@ -192,7 +200,9 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
             self._index.set(slot, self._iface.load(self._gate, slot) + adjust)
 
     def _gate_load(self, host: str, load: int) -> None:
-        self._refresh(host)
+        # *load* is the gate's host_load, told with the change: only the downloader's part is read.
+        if self._index is not None and host in self.pqueues:
+            self._index.set(host, load + compat.active_downloads(self._iface.downloader, host))
 
     def _reached(self, request: Request, spider: Any = None) -> None:
         self._refresh(self._downloader_interface.get_slot_key(request))
