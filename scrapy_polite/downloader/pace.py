@@ -36,14 +36,10 @@ class Pace:
 
     def __init__(self, signals: SignalManager) -> None:
         self.signals = signals
-        self._senders: dict[object, polite_signals.Sender] = {}
 
     def _tell(self, signal: object, **kwargs: Any) -> list[Any]:
-        """What each listener of *signal* returned (a failure is logged as Scrapy logs it); empty when none listens."""
-        sender = self._senders.get(signal)
-        if sender is None:
-            sender = self._senders[signal] = polite_signals.Sender(self.signals, signal)
-        return [result for _, result in sender.send(**kwargs)]
+        """What each listener of *signal* returned (a failure is logged by Scrapy); empty when none listens."""
+        return [result for _, result in self.signals.send_catch_log(signal, **kwargs)]
 
     def rate_limited(
         self, lease: Lease, delay: float, status: int, retry_after: float | None, headers: Any

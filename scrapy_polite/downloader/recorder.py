@@ -43,7 +43,6 @@ class Recorder:
         self.exit_ips = exit_ips
         self.budgets = budgets
         self.tiers = tiers
-        self._outcome = polite_signals.Sender(crawler.signals, polite_signals.outcome_recorded)
 
     def attempt(
         self,
@@ -96,7 +95,7 @@ class Recorder:
         self.gave_up(request, kind or type(exception).__name__, str(exception))
 
     def emit(self, outcome: Outcome) -> None:
-        self._outcome.send(outcome=outcome)
+        self.crawler.signals.send_catch_log(polite_signals.outcome_recorded, outcome=outcome)
 
     def gave_up(self, request: Request, kind: str, what: str) -> None:
         """Every request given up is counted here, and once: ``polite/gave_up`` and the signal."""
