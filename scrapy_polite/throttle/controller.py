@@ -21,7 +21,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from scrapy_polite.throttle.history import Answers, Level, RateHistory, Windows
+from scrapy_polite.throttle.history import Answers, Granted, Level, RateHistory, Windows
 from scrapy_polite.throttle.latency import LatencyWatch
 from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.quota import Stated
@@ -59,6 +59,8 @@ class HostController:
     quota: Stated = field(default_factory=Stated)
     level: Level = field(default_factory=Level)
     sent: Answers = field(init=False)
+    #: The gate's count of grants to the host (shared: the whole fleet's requests).
+    granted: Granted = field(init=False)
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
@@ -75,6 +77,7 @@ class HostController:
         self.latency = LatencyWatch(self.params.latency_factor, self.params.latency_margin)
         self.windows = Windows()
         self.sent = Answers(self.born, self.params.lookback, self.params.min_answers)
+        self.granted = Granted(self.params.lookback, self.params.min_answers)
 
     @classmethod
     def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
@@ -114,16 +117,19 @@ class HostController:
             return self._cut(s, "challenge page", depth=2, cost=1.0)
         return self._refused(s) or stated
 
-    def adopt(self, rate: float | None, now: float) -> None:
-        """Another process sharing the host set *rate*: continue from it."""
+    def adopt(self, rate: float | None, now: float, peak: float | None = None, cost: float = 0.0) -> None:
+        """Another process sharing the host set *rate*, in force since *now*: continue from it. A cut
+        there is this one's too, from the *peak* it met, at *cost* (a pause: the fleet's time)."""
         if rate is not None and self.rate is not None and rate < self.rate * 0.99:
-            self.peak, self.rate, self.floor_rate, self.grown, self.cut_at = self.rate, rate, rate, 0.0, now
-            self.k = self._k(self.peak, rate)
-            self.hold = self._hold(self.peak, 0.0)  # probes as rare as after a cut of its own
-            self.starting = False
+            peak = max(rate, peak or self.rate)
+            self.peak, self.rate, self.floor_rate, self.answered, self.cut_at = peak, rate, rate, rate, now
+            self.k = self._k(peak, rate)  # probes as rarely as after a cut of its own; its level is a part of
+            self.hold = self._hold(peak, cost)  # the fleet's evidence: a refusal cuts at once
+            self.grown, self.starting, self.level, self.measured = 0.0, False, Level(), False
         elif rate != self.rate:
             self.rate = rate
         self.changed_at = now
+        self.history.record(now, rate)
 
     def slow(self, now: float, why: str) -> str:
         """An overload the caller saw itself (no answer via several IPs): a cut, once per round trip."""
@@ -309,9 +315,8 @@ class HostController:
     def _in_use(self, now: float, rate: float) -> bool:
         """Whether the pool sends close to *rate*: growing a rate nobody uses proves nothing
         (TCP's congestion-window validation)."""
-        if self.bounds.shared:
-            return True  # a part of the traffic says nothing of the whole: the gate's waiting does
-        sent = self.sent.rate(now)
+        # Shared, this process's answers are a part of the traffic: the gate counts the whole.
+        sent = self.granted.rate(now) if self.bounds.shared else self.sent.rate(now)
         return sent is not None and sent >= 0.8 * rate
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
@@ -321,8 +326,9 @@ class HostController:
         if counted is None:
             return None, False
         sent, clean, span = counted
-        if self.bounds.shared:  # this process's share of refusals, of the rate in force
-            return in_force * clean / sent, clean < self.params.beta * sent
+        if self.bounds.shared:  # this process's share of clean answers, of what the fleet sent
+            fleet = self.granted.rate(now)
+            return (in_force if fleet is None else fleet) * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
 
     def _pause(self, now: float, until: float) -> None:

@@ -182,5 +182,7 @@ class Grants(Candidates):
                 h.interval_since = asked
             h.interval = state.interval
             self._interval_v[host] = state.interval_v
-        h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
+        # The last pause's end, past or not, as the in-memory gate keeps it: a pause some process
+        # made is known here after it ends too (how long the fleet waited for a Retry-After).
+        h.paused_until = now + (state.paused_until - state.now) if state.paused_until > 0 else 0.0
         h.grants = state.grants
