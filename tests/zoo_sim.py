@@ -9,6 +9,7 @@ clean pages, refusals, requests that came back inside a Retry-After.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -175,8 +176,9 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         gate.release(lease)  # judged first, as the middleware does: a pause is in force before the slot frees
         go(policy)
 
-    for i in range(3 * ips):
-        go(policies[i % len(policies)])
+    for i in range(3 * ips):  # a fleet's processes start a second apart, as real ones do
+        n = i % len(policies)
+        ft.call_later(float(n), functools.partial(go, policies[n]))
     ft.run_until(seconds)
     return result
 

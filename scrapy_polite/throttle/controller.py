@@ -119,12 +119,13 @@ class HostController:
 
     def adopt(self, rate: float | None, now: float, peak: float | None = None, cost: float = 0.0) -> None:
         """Another process sharing the host set *rate*, in force since *now*: continue from it. A cut
-        there is this one's too, from the *peak* it met, at *cost* (a pause: the fleet's time)."""
-        if rate is not None and self.rate is not None and rate < self.rate * 0.99:
+        there (a lower rate, or a *peak* met since) is this one's too, from that peak, held for its
+        *cost* (a pause: the fleet's time); this one's answers are a part of its level's evidence."""
+        if rate is not None and self.rate is not None and (rate < self.rate * 0.99 or peak is not None):
             peak = max(rate, peak or self.rate)
             self.peak, self.rate, self.floor_rate, self.answered, self.cut_at = peak, rate, rate, rate, now
-            self.k = self._k(peak, rate)  # probes as rarely as after a cut of its own; its level is a part of
-            self.hold = self._hold(peak, cost)  # the fleet's evidence: a refusal cuts at once
+            self.k, self.touched = self._k(peak, rate), max(self.touched, now)
+            self.hold = self._hold(peak, cost)  # probes as rarely as after a cut of its own
             self.grown, self.starting, self.level, self.measured = 0.0, False, Level(), False
         elif rate != self.rate:
             self.rate = rate
@@ -160,7 +161,7 @@ class HostController:
         if queue == "drains":
             return None  # the queue a latency cut left at the site drains before the rate grows
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
-                or (self.level.refused and not self.independent) or not self._in_use(s.now, self.rate)):
+                or (self.level.refused and not self.independent) or self.rate > self._usable(s.now)):
             # A refusal since the last cut holds the climb until the next cut (or the evidence) decides.
             self.touched = max(self.touched, s.now)
             return None
@@ -172,13 +173,13 @@ class HostController:
 
     def _climb(self, now: float, new: float, why: str) -> str | None:
         assert self.rate is not None
-        top = self.bounds.max_rate()
-        top = min(top, self.quota.binds(now) or math.inf)
+        top = min(self.bounds.max_rate(), self.quota.binds(now) or math.inf)
         if new >= top and not self.bounds.adaptive:
             self.rate = None  # the band binds again: no host rate of its own
             self.changed_at = now
             return f"{why}: back to the configured spacing"
-        new = min(new, top)
+        # No further than in use: a fleet's process climbs at its share of the answers, far apart.
+        new = min(new, top, self._usable(now))
         if new <= self.rate:
             return None
         self.rate = new
@@ -278,7 +279,7 @@ class HostController:
         # It failed at the rate it was sent at, unless the site took much less (it refused more
         # than a cut gives up) or the pool sent much less: then nearer what it answered cleanly.
         peak = in_force
-        measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
+        measured = accepted is not None and (from_clean or in_force > self._usable(s.now))
         if accepted is not None and measured:
             # The limit lies between what the site answered (a bound from below: irregular arrivals
             # are refused under a limit they average) and the rate it refused: halfway, in ratio,
@@ -312,12 +313,11 @@ class HostController:
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 
-    def _in_use(self, now: float, rate: float) -> bool:
-        """Whether the pool sends close to *rate*: growing a rate nobody uses proves nothing
-        (TCP's congestion-window validation)."""
-        # Shared, this process's answers are a part of the traffic: the gate counts the whole.
-        sent = self.granted.rate(now) if self.bounds.shared else self.sent.rate(now)
-        return sent is not None and sent >= 0.8 * rate
+    def _usable(self, now: float) -> float:
+        """The highest rate the pool's sending keeps in use: growing a rate nobody uses proves nothing
+        (TCP's congestion-window validation). Shared, this process's answers are a part: the gate counts all."""
+        sent = (self.granted if self.bounds.shared else self.sent).rate(now)
+        return -math.inf if sent is None else sent / 0.8
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
         """The rate the site answered cleanly over the last lookback, and whether it refused more of

@@ -175,9 +175,12 @@ class ThrottlePolicy:
                 c.rate, c.peak = kept
                 c.starting = False
             shared = self.gate.host(host).interval
-            if shared > 0:
+            if self.gate.shared:  # joining a fleet: from the rate it holds and where that was met
+                self._applied[host] = None
+                self._follow_fleet(host, c, now)
+            elif shared > 0:
                 c.adopt(1 / shared, now)
-            self._applied[host] = None if shared <= 0 else 1 / shared
+            self._applied.setdefault(host, None if shared <= 0 else 1 / shared)
             self._apply(host, c, "start" if c.rate is None else f"start at {c.rate:.2f} req/s", {})
         return c
 
@@ -195,12 +198,11 @@ class ThrottlePolicy:
         the failed probe cost the fleet (from the signal to the pause's end, the pause over or not)."""
         if not self.gate.shared:
             return
-        h = self.gate.host(host)
+        h, signal = self.gate.host(host), self.gate.last_signal(host)
         c.granted.read(now, h.grants)
         shared = 1 / h.interval if h.interval > 0 else None
-        if _moved(self._applied.get(host), shared):
-            signal = self.gate.last_signal(host)
-            fresh = signal.at > c.cut_at + 1e-3  # not this process's own, nor one followed already
+        fresh = signal.at > c.cut_at + 1e-3  # a cut since this one's own or the last it followed
+        if fresh or _moved(self._applied.get(host), shared):
             cost = max(0.0, h.paused_until - signal.at) if fresh else 0.0
             # In force since this process's gate first read it: its grants since were made under it.
             c.adopt(shared, min(now, max(h.interval_since, c.changed_at)), signal.failed if fresh else None, cost)

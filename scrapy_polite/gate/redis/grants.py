@@ -144,7 +144,7 @@ class Grants(Candidates):
         return Redis's time then."""
         redis_now = self._seen = r.host.now
         self._mirror(h, host, r.host, now, asked)
-        if r.signal:
+        if r.signal and r.signal != self._sent_signals.get(host):  # this process's own, read back: kept as made
             at = now - (redis_now - float(r.signal))
             if at > self._signals.get(host, NO_SIGNAL).at:
                 self._signals[host] = HostSignal(at, r.signal_rate, r.signal_found)
