@@ -178,8 +178,8 @@ class HostController:
             self.rate = None  # the band binds again: no host rate of its own
             self.changed_at = now
             return f"{why}: back to the configured spacing"
-        # No further than in use: a fleet's process climbs at its share of the answers, far apart.
-        new = min(new, top, self._usable(now))
+        # A fleet's process climbs at its share of the answers, steps far apart: none past the use.
+        new = min(new, top, self._usable(now) if self.bounds.shared else math.inf)
         if new <= self.rate:
             return None
         self.rate = new
