@@ -167,3 +167,16 @@ def test_no_spacing_at_all_is_cut_from_what_the_pool_can_send() -> None:
     r = crawl(ZOO["bucket-host"], 60.0, adaptive=False, POLITE_DELAY=(0.0, 0.0))
     assert r.rate_limited > 0
     assert r.ok > 0.2 * r.capacity * r.seconds and r.refused_share < 0.25, (r.ok, r.refused_share)
+
+
+@pytest.mark.parametrize("name", ["bucket-ip", "bucket-host", "both"])
+def test_four_processes_sharing_the_state_crawl_as_fast_as_one_and_are_refused_as_rarely(name: str) -> None:
+    # Each process has its own throttle and requests, one gate stands for the shared state: a cut
+    # one of them makes is the fleet's, made once, and the others hold as long after it.
+    def median(fleet: int) -> tuple[float, float]:
+        runs = [crawl(ZOO[name], 90.0, fleet=fleet, seed=seed) for seed in (1, 2, 3)]
+        return statistics.median(r.ok for r in runs), statistics.median(r.rate_limited for r in runs)
+
+    (one, one_refused), (four, four_refused) = median(1), median(4)
+    assert four >= 0.9 * one, (one, four)
+    assert four_refused <= 1.5 * one_refused + 1, (one_refused, four_refused)

@@ -3,7 +3,9 @@ recent answers say of the answers they are given."""
 
 from __future__ import annotations
 
-from scrapy_polite.throttle.history import Answers, Windows
+import pytest
+
+from scrapy_polite.throttle.history import Answers, Granted, Windows
 from scrapy_polite.throttle.latency import LatencyWatch
 
 
@@ -40,3 +42,13 @@ def test_recent_answers_are_counted_over_the_lookback_and_not_in_the_first_secon
     sent, clean, span = answers.counts(8.0) or (0, 0, 0.0)
     assert span == 2.0 and sent == 8 and clean == 6
     assert answers.rate(8.0) == 4.0
+
+
+def test_the_grants_counted_by_the_gate_give_what_the_whole_fleet_sends() -> None:
+    granted = Granted(lookback=2.0, least=8)
+    assert granted.rate(0.0) is None
+    for i in range(41):  # four processes, one grant each per second: the count read now and then
+        granted.read(i * 0.25, i)
+    assert granted.rate(10.0) == pytest.approx(4.0, rel=0.15)
+    granted.read(10.5, 3)  # the shared record was lost: counting starts again, no negative rate
+    assert granted.rate(10.5) is None

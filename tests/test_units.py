@@ -168,7 +168,8 @@ def make_gate(n: int = 3, **kw) -> tuple[LocalGate, FakeTime]:
     params = dict(host_concurrency=2, endpoint_concurrency=1, delay=(1.0, 1.0), backoff=(2.0, 60.0),
                   max_failures=3, call_later=ft.call_later, clock=ft.clock, rng=random.Random(1))
     params.update(kw)
-    return LocalGate(endpoints, **params), ft
+    cls = params.pop("cls", LocalGate)
+    return cls(endpoints, **params), ft
 
 
 def granted(deferreds) -> list:

@@ -9,6 +9,7 @@ clean pages, refusals, requests that came back inside a Retry-After.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -20,10 +21,29 @@ from typing import Any
 from test_units import config, make_gate
 
 from scrapy_polite.downloader.retry_after import parse_retry_after
+from scrapy_polite.gate.local import LocalGate
+from scrapy_polite.gate.state import NO_SIGNAL, HostSignal
 from scrapy_polite.sandbox.limiters import RATE_LIMIT, Limiter, build, refusal_of
 from scrapy_polite.throttle.policy import ThrottlePolicy
 
 HOST = "site.test"
+
+
+class FleetGate(LocalGate):
+    """One gate standing for the state a fleet shares (``POLITE_STATE``): every process's throttle
+    reads and writes it as each does the Redis one, the fleet's last host-wide signal with it."""
+
+    shared = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fleet_signals: dict[str, HostSignal] = {}
+
+    def signal_host(self, host: str, failed: float | None = None, found: bool = False) -> None:
+        self._fleet_signals[host] = HostSignal(self._clock(), failed, found)
+
+    def last_signal(self, host: str) -> HostSignal:
+        return self._fleet_signals.get(host, NO_SIGNAL)
 
 
 class Clock:
@@ -89,19 +109,22 @@ class Result:
 
 def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True, ips: int = 8,
           latency: float | None = None, paths: bool = False, log: list[Any] | None = None, seed: int = 1,
-          **settings: Any) -> Result:
+          fleet: int = 0, **settings: Any) -> Result:
     """Crawl a site limited by *spec* for *seconds* of fake time with *ips* exit IPs, always
-    with more pages waiting than the pool can send (*paths*: each page a new URL)."""
+    with more pages waiting than the pool can send (*paths*: each page a new URL). *fleet*: that
+    many crawler processes share the pool's state, each with its own throttle and requests."""
     limiter: Limiter = build(spec)
     if latency is None:  # the site's own service time, where its limiter has one
         latency = float(getattr(limiter, "latency", 0.05))
     cfg = config(POLITE_ADAPTIVE=adaptive, **settings)
     ft = Clock()
     gate, _ = make_gate(n=ips, host_concurrency=cfg.host_concurrency, delay=cfg.delay, clock=ft.clock,
-                        call_later=ft.call_later, rng=random.Random(seed))
+                        call_later=ft.call_later, rng=random.Random(seed), cls=FleetGate if fleet else LocalGate)
     wall = float(spec.get("wall", 0.0))
-    policy = ThrottlePolicy(cfg, gate, clock=ft.clock, wall=lambda: wall + ft.now,
-                            notify=None if log is None else lambda *a: log.append((ft.now, *a)))
+    policies = [ThrottlePolicy(cfg, gate, clock=ft.clock, wall=lambda: wall + ft.now,
+                               notify=None if log is None else lambda *a: log.append((ft.now, *a)))
+                for _ in range(max(1, fleet))]
+    owner: dict[int, ThrottlePolicy] = {}  # each lease's process
     steps = getattr(limiter, "steps", None)
     result = Result(seconds, _mean_capacity(steps(ips), seconds) if steps else limiter.capacity(ips))
     deadlines: dict[str, float] = {}
@@ -109,10 +132,11 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
     fresh = iter(range(10**9))
     again: list[int] = []  # pages refused, to be asked for again (the same URL)
 
-    def go() -> None:
-        gate.acquire(HOST).addCallback(send)
+    def go(policy: ThrottlePolicy) -> None:
+        gate.acquire(HOST).addCallback(lambda lease: send(lease, policy))
 
-    def send(lease: Any) -> None:
+    def send(lease: Any, policy: ThrottlePolicy) -> None:
+        owner[id(lease)] = policy
         ip = lease.endpoint.key
         now = ft.now
         if now < max(deadlines.get(ip, -math.inf), deadlines.get(HOST, -math.inf)) - 1e-6:
@@ -124,7 +148,7 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
         ft.call_later(latency + verdict.delay, lambda: answer(lease, verdict, page))
 
     def answer(lease: Any, verdict: Any, page: int) -> None:
-        ip = lease.endpoint.key
+        ip, policy = lease.endpoint.key, owner.pop(id(lease))
         in_flight[ip] -= 1
         limiter.leave(ip, ft.now)
         headers = {k: v for k, v in verdict.headers}
@@ -150,10 +174,11 @@ def crawl(spec: dict[str, Any], seconds: float = 120.0, *, adaptive: bool = True
             result.overloaded += 1
             policy.overloaded(lease, verdict.status)
         gate.release(lease)  # judged first, as the middleware does: a pause is in force before the slot frees
-        go()
+        go(policy)
 
-    for _ in range(3 * ips):
-        go()
+    for i in range(3 * ips):  # a fleet's processes start a second apart, as real ones do
+        n = i % len(policies)
+        ft.call_later(float(n), functools.partial(go, policies[n]))
     ft.run_until(seconds)
     return result
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from twisted.internet.defer import Deferred
 
-from scrapy_polite.gate.state import EndpointState, HostState, Lease, Limits
+from scrapy_polite.gate.state import EndpointState, HostSignal, HostState, Lease, Limits
 from scrapy_polite.pool.endpoints import Endpoint
 
 
@@ -47,6 +47,9 @@ class ThrottleGate(Protocol):
     def set_host_min_delay(self, host: str, seconds: float) -> None: ...
     def pause_host(self, host: str, seconds: float) -> None: ...
     def cool_endpoint(self, endpoint_key: str, host: str | None, seconds: float) -> None: ...
+    #: A host-wide cut, told to and read from the processes sharing the state (one process: none).
+    def signal_host(self, host: str, failed: float | None = None, found: bool = False) -> None: ...
+    def last_signal(self, host: str) -> HostSignal: ...
 
 
 class Gate(ThrottleGate, Protocol):

@@ -13,7 +13,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from scrapy_polite.throttle.history import RESOLUTION, Answers, Level, RateHistory, Windows
+from scrapy_polite.throttle.history import RESOLUTION, Answers, Granted, Level, RateHistory, Windows
 from scrapy_polite.throttle.latency import LatencyWatch
 from scrapy_polite.throttle.params import DEFAULT, Params
 from scrapy_polite.throttle.quota import Stated
@@ -52,6 +52,8 @@ class HostController:
     quota: Stated = field(default_factory=Stated)
     level: Level = field(default_factory=Level)
     sent: Answers = field(init=False)
+    #: The gate's count of grants to the host (shared: the whole fleet's requests).
+    granted: Granted = field(init=False)
     #: When each recent clean answer's request went (window budgets count them).
     clean: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
     born: float = 0.0
@@ -72,6 +74,7 @@ class HostController:
         self.latency = LatencyWatch(self.params.latency_factor, self.params.latency_margin)
         self.windows = Windows()
         self.sent = Answers(self.born, self.params.lookback, self.params.min_answers)
+        self.granted = Granted(self.params.lookback, self.params.min_answers)
 
     @classmethod
     def start(cls, bounds: Bounds, now: float, params: Params = DEFAULT) -> HostController:
@@ -111,16 +114,20 @@ class HostController:
             return self._cut(s, "challenge page", depth=2, cost=1.0)
         return self._refused(s) or stated
 
-    def adopt(self, rate: float | None, now: float) -> None:
-        """Another process sharing the host set *rate*: continue from it."""
-        if rate is not None and self.rate is not None and rate < self.rate * 0.99:
-            self.peak, self.rate, self.floor_rate, self.grown, self.cut_at = self.rate, rate, rate, 0.0, now
-            self.k = self._k(self.peak, rate)
-            self.hold = self._hold(self.peak, 0.0)  # probes as rare as after a cut of its own
-            self.starting = False
+    def adopt(self, rate: float | None, now: float, peak: float | None = None, cost: float = 0.0) -> None:
+        """Another process sharing the host set *rate*, in force since *now*: continue from it. A cut
+        there (a lower rate, or a *peak* met since) is this one's too, from that peak, held for its
+        *cost* (a pause: the fleet's time); this one's answers are a part of its level's evidence."""
+        if rate is not None and self.rate is not None and (rate < self.rate * 0.99 or peak is not None):
+            peak = max(rate, peak or self.rate)
+            self.peak, self.rate, self.floor_rate, self.answered, self.cut_at = peak, rate, rate, rate, now
+            self.k, self.touched = self._k(peak, rate), max(self.touched, now)
+            self.hold = self._hold(peak, cost)  # probes as rarely as after a cut of its own
+            self.grown, self.starting, self.level, self.measured = 0.0, False, Level(), False
         elif rate != self.rate:
             self.rate = rate
         self.changed_at = now
+        self.history.record(now, rate)
 
     def slow(self, now: float, why: str) -> str:
         """An overload the caller saw itself (no answer via several IPs): a cut, once per round trip."""
@@ -154,7 +161,7 @@ class HostController:
             return None  # the queue a latency cut left at the site drains before the rate grows
         undecided = self.level.refused and self.level.answers < self.params.min_answers
         if (not s.busy or s.sent_at < self.changed_at or self.rate is None
-                or (undecided and self.independent is None) or not self._in_use(s.now, self.rate)):
+                or (undecided and self.independent is None) or self.rate > self._usable(s.now)):
             # A refusal since the last cut holds the climb until the level has its evidence: another
             # refusal then cuts, and none says the site refuses the level rarely.
             self.touched = max(self.touched, s.now)
@@ -167,13 +174,13 @@ class HostController:
 
     def _climb(self, now: float, new: float, why: str) -> str | None:
         assert self.rate is not None
-        top = self.bounds.max_rate()
-        top = min(top, self.quota.binds(now) or math.inf, self.window_rate)
+        top = min(self.bounds.max_rate(), self.quota.binds(now) or math.inf, self.window_rate)
         if new >= top and not self.bounds.adaptive:
             self.rate = None  # the band binds again: no host rate of its own
             self.changed_at = now
             return f"{why}: back to the configured spacing"
-        new = min(new, top)
+        # A fleet's process climbs at its share of the answers, steps far apart: none past the use.
+        new = min(new, top, self._usable(now) if self.bounds.shared else math.inf)
         if new <= self.rate:
             return None
         self.rate = new
@@ -294,7 +301,7 @@ class HostController:
         # It failed at the rate it was sent at, unless the site took much less (it refused more
         # than a cut gives up) or the pool sent much less: then nearer what it answered cleanly.
         peak = in_force
-        measured = accepted is not None and (from_clean or not self._in_use(s.now, in_force))
+        measured = accepted is not None and (from_clean or in_force > self._usable(s.now))
         if accepted is not None and measured:
             # The limit lies between what the site answered (a bound from below: irregular arrivals
             # are refused under a limit they average) and the rate it refused: halfway, in ratio,
@@ -330,13 +337,11 @@ class HostController:
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 
-    def _in_use(self, now: float, rate: float) -> bool:
-        """Whether the pool sends close to *rate*: growing a rate nobody uses proves nothing
-        (TCP's congestion-window validation)."""
-        if self.bounds.shared:
-            return True  # a part of the traffic says nothing of the whole: the gate's waiting does
-        sent = self.sent.rate(now)
-        return sent is not None and sent >= 0.8 * rate
+    def _usable(self, now: float) -> float:
+        """The highest rate the pool's sending keeps in use: growing a rate nobody uses proves nothing
+        (TCP's congestion-window validation). Shared, this process's answers are a part: the gate counts all."""
+        sent = (self.granted if self.bounds.shared else self.sent).rate(now)
+        return -math.inf if sent is None else sent / 0.8
 
     def _accepted(self, now: float, in_force: float) -> tuple[float | None, bool]:
         """The rate the site answered cleanly over the last lookback, and whether it refused more of
@@ -345,8 +350,9 @@ class HostController:
         if counted is None:
             return None, False
         sent, clean, span = counted
-        if self.bounds.shared:  # this process's share of refusals, of the rate in force
-            return in_force * clean / sent, clean < self.params.beta * sent
+        if self.bounds.shared:  # this process's share of clean answers, of what the fleet sent
+            fleet = self.granted.rate(now)
+            return (in_force if fleet is None else fleet) * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
 
     def _pause(self, now: float, until: float) -> None:

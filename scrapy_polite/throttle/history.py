@@ -19,6 +19,9 @@ class RateHistory:
         self._steps: deque[tuple[float, float | None]] = deque(maxlen=size)
 
     def record(self, now: float, rate: float | None) -> None:
+        """*rate* is in force from *now* on: steps recorded after it, learnt late, are dropped."""
+        while self._steps and self._steps[-1][0] > now:
+            self._steps.pop()
         if not self._steps or self._steps[-1][1] != rate:
             self._steps.append((now, rate))
 
@@ -136,3 +139,34 @@ class Answers:
         """Answers per second over what :meth:`counts` covers."""
         counted = self.counts(now)
         return None if counted is None else counted[0] / counted[2]
+
+
+class Granted:
+    """The gate's count of requests granted to a host, as read over time. A shared gate counts
+    every process's grants in one place (the host's record): one process's answers are only its
+    part of the traffic, this count is the whole fleet's."""
+
+    __slots__ = ("_reads", "least", "lookback")
+
+    def __init__(self, lookback: float, least: int, size: int = 512) -> None:
+        #: (when first read, count), oldest first; a read is kept only when the count moved.
+        self._reads: deque[tuple[float, int]] = deque(maxlen=size)
+        self.lookback, self.least = lookback, least
+
+    def read(self, now: float, count: int) -> None:
+        reads = self._reads
+        if reads and count < reads[-1][1]:
+            reads.clear()  # the shared record was lost and counts again from nothing
+        if not reads or count != reads[-1][1]:
+            reads.append((now, count))
+
+    def rate(self, now: float) -> float | None:
+        """Requests granted per second over the last lookback, or over the last *least* grants
+        when it holds fewer (as :class:`Answers` counts), from the last read before them;
+        ``None`` while the reads do not reach back that far."""
+        if not self._reads:
+            return None
+        last = self._reads[-1][1]
+        since = now - self.lookback
+        start = next(((t, c) for t, c in reversed(self._reads) if t <= since and c <= last - self.least), None)
+        return None if start is None else (last - start[1]) / max(now - start[0], 1e-3)

@@ -134,9 +134,12 @@ class ThrottlePolicy:
     def _observe(self, host: str, sample: Sample, what: str, evidence: dict[str, Any]) -> None:
         c = self._controller(host)
         self._follow_fleet(host, c, sample.now)
+        followed = c.cut_at
         why = c.observe(sample)
         if c.cut_at == sample.now:  # a cut: where the host's limit was met
             evidence = {**evidence, "host_limit": {"ceiling": round(c.peak, 4), "fell_from": None}}
+            if self.gate.shared and followed != sample.now:  # made here: every process sharing the host learns where
+                self.gate.signal_host(host, c.peak, c.refused_at >= c.peak)
         if why is not None:
             self._apply(host, c, f"{what}: {why}" if what else why, evidence)
         elif c.limits().concurrency != self.gate.host(host).limit:
@@ -171,9 +174,12 @@ class ThrottlePolicy:
                 c.rate, c.peak = kept
                 c.starting = False
             shared = self.gate.host(host).interval
-            if shared > 0:
+            if self.gate.shared:  # joining a fleet: from the rate it holds and where that was met
+                self._applied[host] = None
+                self._follow_fleet(host, c, now)
+            elif shared > 0:
                 c.adopt(1 / shared, now)
-            self._applied[host] = None if shared <= 0 else 1 / shared
+            self._applied.setdefault(host, None if shared <= 0 else 1 / shared)
             self._apply(host, c, "start" if c.rate is None else f"start at {c.rate:.2f} req/s", {})
         return c
 
@@ -185,13 +191,20 @@ class ThrottlePolicy:
         return Bounds(ips, limits.delay, cfg.adaptive, floor, limits.concurrency, high, self.gate.shared)
 
     def _follow_fleet(self, host: str, c: HostController, now: float) -> None:
-        """A host rate another process sharing the gate wrote: this controller continues from it."""
+        """What the other processes sharing the gate did. Their grants count in what the host is
+        sent; a host rate one of them wrote, this controller continues from: a cut there is the
+        fleet's, made once, from the rate its signal met, and a pause every process keeps is what
+        the failed probe cost the fleet (from the signal to the pause's end, the pause over or not)."""
         if not self.gate.shared:
             return
-        interval = self.gate.host(host).interval
-        shared = 1 / interval if interval > 0 else None
-        if _moved(self._applied.get(host), shared):
-            c.adopt(shared, now)
+        h, signal = self.gate.host(host), self.gate.last_signal(host)
+        c.granted.read(now, h.grants)
+        shared = 1 / h.interval if h.interval > 0 else None
+        fresh = signal.at > c.cut_at + 1e-3  # a cut since this one's own or the last it followed
+        if fresh or _moved(self._applied.get(host), shared):
+            cost = max(0.0, h.paused_until - signal.at) if fresh else 0.0
+            # In force since this process's gate first read it: its grants since were made under it.
+            c.adopt(shared, min(now, max(h.interval_since, c.changed_at)), signal.failed if fresh else None, cost)
             self._applied[host] = shared
 
     def _cool(self, host: str, endpoint: Endpoint, delay: float, retry_after: float | None) -> float:

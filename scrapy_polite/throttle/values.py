@@ -25,7 +25,8 @@ class Bounds:
     concurrency: int
     concurrency_max: int
     #: Other processes share the host (``POLITE_STATE``): this one sees only its part of the
-    #: traffic, so it trusts ratios of its answers, not the rates it measures.
+    #: traffic, so it takes what the fleet sends from the gate's shared count of grants, and
+    #: the share of it the site answered cleanly from its own answers.
     shared: bool = False
 
     def band_rate(self) -> float:

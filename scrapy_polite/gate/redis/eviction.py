@@ -43,6 +43,7 @@ class RedisEviction(RedisTables):
         del self._hosts[host]
         self._longest.discard(host)
         self._signals.pop(host, None)
+        self._sent_signals.pop(host, None)
         self._interval_v.pop(host, None)
         self._fence.forget(host)
         self._wakeups.pop(host, None)

@@ -144,7 +144,7 @@ class Grants(Candidates):
         return Redis's time then."""
         redis_now = self._seen = r.host.now
         self._mirror(h, host, r.host, now, asked)
-        if r.signal:
+        if r.signal and r.signal != self._sent_signals.get(host):  # this process's own, read back: kept as made
             at = now - (redis_now - float(r.signal))
             if at > self._signals.get(host, NO_SIGNAL).at:
                 self._signals[host] = HostSignal(at, r.signal_rate, r.signal_found)
@@ -182,5 +182,7 @@ class Grants(Candidates):
                 h.interval_since = asked
             h.interval = state.interval
             self._interval_v[host] = state.interval_v
-        h.paused_until = now + (state.paused_until - state.now) if state.paused_until > state.now else 0.0
+        # The last pause's end, past or not, as the in-memory gate keeps it: a pause some process
+        # made is known here after it ends too (how long the fleet waited for a Retry-After).
+        h.paused_until = now + (state.paused_until - state.now) if state.paused_until > 0 else 0.0
         h.grants = state.grants

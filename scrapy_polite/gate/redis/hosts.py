@@ -26,7 +26,13 @@ class HostSync(HeldLeases):
         self._signals[host] = HostSignal(self._clock(), failed, found)
         key = self.keys.host(host)
         rate = "" if failed is None else repr(float(failed))
-        self._op(lambda: self._scripts["signal"](args=[key, self.host_ttl, rate, "1" if found else "0"]))
+
+        async def send() -> None:
+            at = await self._scripts["signal"](args=[key, self.host_ttl, rate, "1" if found else "0"])
+            if host in self._hosts:
+                self._sent_signals[host] = str(at)
+
+        self._op(send)
 
     def _on_host_created(self, host: str, h: HostState, now: float) -> None:
         self._longest.set(host, h.longest_spacing())

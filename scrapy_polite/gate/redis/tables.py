@@ -70,6 +70,8 @@ class RedisTables(GateCore):
         self._by_id: dict[str, str] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
         self._signals: dict[str, HostSignal] = {}
+        #: Per host, the Redis time of this process's own last signal: read back, it is not news.
+        self._sent_signals: dict[str, str] = {}
         #: Per host, the version of the shared interval this process's view of it is of: what a
         #: fresh read brought, or this process's own change made (see ``set_interval.lua``).
         self._interval_v: dict[str, int] = {}
