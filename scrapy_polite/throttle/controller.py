@@ -224,7 +224,7 @@ class HostController:
         host_wide = ra is not None and (self._host_wide(ra) or self._closed_elsewhere(s))
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
-            self._pause(s.now, s.now + ra)
+            self.paused_until = max(self.paused_until, s.now + ra)
             why = "; ".join(filter(None, [why, f"Retry-After honoured by every IP: host paused {ra:.1f} s"]))
         return why
 
@@ -350,13 +350,13 @@ class HostController:
         if counted is None:
             return None, False
         sent, clean, span = counted
-        if self.bounds.shared:  # this process's share of clean answers, of what the fleet sent
-            fleet = self.granted.rate(now)
-            return (in_force if fleet is None else fleet) * clean / sent, clean < self.params.beta * sent
+        if self.bounds.shared:  # what the fleet sent, the share of it this process saw answered at this
+            # level (its own last answers span several of the fleet's levels)
+            sent, clean, fleet = self.level.answers, self.level.answers - self.level.refused, self.granted.rate(now)
+            if fleet is None or sent < self.params.min_answers:
+                return None, False
+            return fleet * clean / sent, clean < self.params.beta * sent
         return clean / span, clean < self.params.beta * sent
-
-    def _pause(self, now: float, until: float) -> None:
-        self.paused_until = max(self.paused_until, until)
 
     def _window(self, s: Sample, ra: float) -> str | None:
         """A window's reset (:class:`Windows`): the host waits for it, and the budget a window
@@ -365,7 +365,7 @@ class HostController:
         if found is None:
             return None
         reset, previous = found
-        self._pause(s.now, reset)
+        self.paused_until = max(self.paused_until, reset)
         why = f"window resets in {reset - s.now:.1f} s: host paused until then"
         if previous is None or self.independent is not None:
             return why
@@ -385,7 +385,7 @@ class HostController:
         assert s.quota is not None
         pause = self.quota.read(s.endpoint, s.quota, s.now, self.bounds.ips, self.bounds.min_rate())
         if pause is not None:
-            self._pause(s.now, pause)
+            self.paused_until = max(self.paused_until, pause)
         pace = self.quota.binds(s.now)
         if pace is None:
             return None
