@@ -44,6 +44,11 @@ class Quota:
         return self.remaining is not None and self.remaining < 1 and bool(self.reset)
 
 
+#: The fields :func:`read` finds no quota without (IETF, its draft, ``X-``): an answer carrying
+#: none of them states no quota, and need not be read.
+FIELDS = ("RateLimit", "RateLimit-Remaining", "X-RateLimit-Remaining")
+
+
 def read(get: Callable[[str], str | None], wall: Callable[[], float] = time.time) -> Quota | None:
     """The quota the headers *get* returns state, or ``None``. *wall* is the clock for Unix-time resets."""
     quota = _ietf(get)

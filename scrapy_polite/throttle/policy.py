@@ -31,8 +31,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: The fields :func:`~scrapy_polite.throttle.quota.read` finds no quota without (IETF, draft, X-).
-_QUOTA_FIELDS = ("RateLimit", "RateLimit-Remaining", "X-RateLimit-Remaining")
 #: A host rate moves the gate only when it moved this much (a shared gate is written less often).
 STEP = 0.05
 
@@ -222,7 +220,7 @@ class ThrottlePolicy:
 
     def _quota(self, headers: Any) -> quota_headers.Quota | None:
         # Most answers state no quota: the three fields a quota needs are looked for first.
-        if headers is None or not any(name in headers for name in _QUOTA_FIELDS):
+        if headers is None or not any(name in headers for name in quota_headers.FIELDS):
             return None
 
         def get(name: str) -> str | None:
