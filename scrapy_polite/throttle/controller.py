@@ -221,7 +221,7 @@ class HostController:
         window = self._window(s, ra) if ra else None
         if window is not None:
             return window
-        host_wide = ra is not None and (self._host_wide(ra) or self._closed_elsewhere(s))
+        host_wide = ra is not None and (self._host_wide(ra) or self._host_closed(s))
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
             self.paused_until = max(self.paused_until, s.now + ra)
@@ -237,7 +237,7 @@ class HostController:
         spacing = self.bounds.ips / (self.rate or self.bounds.band_rate())
         return self.independent is None and ra <= self.params.scope_spacings * spacing
 
-    def _closed_elsewhere(self, s: Sample) -> bool:
+    def _host_closed(self, s: Sample) -> bool:
         """A request sent inside the Retry-After of the refusal that made the last cut, at the rate
         that cut set, refused: the host is closed. A rate limit the cut had met would not refuse
         it; a closure (a window, a penalty) refuses any IP, and may be prolonged by each request
