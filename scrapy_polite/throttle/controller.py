@@ -263,7 +263,9 @@ class HostController:
             # closure (a penalty, a window), which says nothing of the rate since.
             return None
         share = self.level.share(self.params.min_answers)
-        if share is not None and self.level.flat(self.params.independent_share, self.params.min_answers):
+        at = self.history.at(s.sent_at, self.rate) or 0.0
+        clean = self._accepted(s.now, at)[0]
+        if share is not None and self.level.flat(self.params.independent_share, self.params.min_answers, clean, at):
             self.independent = share
             old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
             self.peak, self.cut_at, self.level = self.rate, s.now, Level()
@@ -333,7 +335,8 @@ class HostController:
             # The first cut, or one after a level the site answered cleanly but once: where cuts
             # that may prove unfounded begin.
             self.chain_from = in_force
-        self.level = Level(share_before=share if from_clean else None)
+        self.level = Level(share_before=share if from_clean else None, clean_before=accepted or 0.0,
+                           rate_before=in_force)
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 

@@ -47,11 +47,20 @@ class Level:
     #: the cut was not), and that rate: under it a rate limit refuses nothing, and above it a rate
     #: limit still answers about that rate cleanly.
     share_before: float | None = None
+    #: The rate the site answered cleanly before the cut, and the rate in force then.
+    clean_before: float = 0.0
+    rate_before: float = 0.0
 
-    def flat(self, ratio: float, least: int) -> bool:
-        """This level's refusals held their share through the cut made from the clean rate."""
+    def flat(self, ratio: float, least: int, clean: float | None, rate: float) -> bool:
+        """This level's refusals held their share through the cut made from the clean rate, and the
+        *clean* rate fell with the *rate* in force, as refusals that do not depend on the rate make
+        it: a rate limit answers about its limit cleanly at any rate above it (even when each
+        refusal's pause keeps the share of refusals the same), so the clean rate holds. Nearer a
+        fall in proportion than no fall at all, in ratio."""
         share, before = self.share(least), self.share_before
-        return before is not None and before > 0 and share is not None and share >= ratio * before
+        if before is None or before <= 0 or share is None or share < ratio * before or clean is None:
+            return False
+        return self.rate_before > 0 and clean <= self.clean_before * math.sqrt(rate / self.rate_before)
 
     def share(self, least: int) -> float | None:
         """The share of its answers refused, once it holds *least* answers."""
