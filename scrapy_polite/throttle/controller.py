@@ -262,15 +262,13 @@ class HostController:
             # The site named this moment already, to the refusal that made the last cut: the same
             # closure (a penalty, a window), which says nothing of the rate since.
             return None
-        share = self.level.share(self.params.min_answers)
-        at = self.history.at(s.sent_at, self.rate) or 0.0
-        clean = self._accepted(s.now, at)[0]
-        if share is not None and self.level.flat(self.params.independent_share, self.params.min_answers, clean, at):
-            self.independent = share
+        at, least = self.history.at(s.sent_at, self.rate) or 0.0, self.params.min_answers
+        if self.level.flat(self.params.independent_share, least, self._accepted(s.now, at)[0], at):
+            self.independent = self.level.share(least)
             old, self.rate, self.changed_at = self.rate, max(self.rate or 0.0, self.chain_from), s.now
             self.peak, self.cut_at, self.level = self.rate, s.now, Level()
-            return (f"429s as frequent at {old or 0:.2f} req/s, under the rate the site answered cleanly, "
-                    f"as above it: they do not depend on the rate; cuts taken back to {self.rate:.2f} req/s, "
+            return (f"429s as frequent at {old or 0:.2f} req/s as above it, and the clean rate fell with it: "
+                    f"they do not depend on the rate; cuts taken back to {self.rate:.2f} req/s, "
                     "no more cuts while their share holds")
         if self.measured and self.level.answers < self.params.min_answers:
             # A level set under what the site answered cleanly needs a level's worth of evidence (a
@@ -335,8 +333,7 @@ class HostController:
             # The first cut, or one after a level the site answered cleanly but once: where cuts
             # that may prove unfounded begin.
             self.chain_from = in_force
-        self.level = Level(share_before=share if from_clean else None, clean_before=accepted or 0.0,
-                           rate_before=in_force)
+        self.level = Level(share_before=share if from_clean else None, before=(accepted or 0.0, in_force))
         before = "unlimited" if old is None else f"{old:.2f}"
         return f"{why}: host rate {before} -> {new:.2f} req/s (accepted {peak:.2f}, back in {self.k:.0f} s, held {self.hold:.0f} s)"
 

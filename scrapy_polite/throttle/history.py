@@ -48,8 +48,7 @@ class Level:
     #: limit still answers about that rate cleanly.
     share_before: float | None = None
     #: The rate the site answered cleanly before the cut, and the rate in force then.
-    clean_before: float = 0.0
-    rate_before: float = 0.0
+    before: tuple[float, float] = (0.0, 0.0)
 
     def flat(self, ratio: float, least: int, clean: float | None, rate: float) -> bool:
         """This level's refusals held their share through the cut made from the clean rate, and the
@@ -60,7 +59,8 @@ class Level:
         share, before = self.share(least), self.share_before
         if before is None or before <= 0 or share is None or share < ratio * before or clean is None:
             return False
-        return self.rate_before > 0 and clean <= self.clean_before * math.sqrt(rate / self.rate_before)
+        clean_before, rate_before = self.before
+        return rate_before > 0 and clean <= clean_before * math.sqrt(rate / rate_before)
 
     def share(self, least: int) -> float | None:
         """The share of its answers refused, once it holds *least* answers."""

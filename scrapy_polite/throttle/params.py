@@ -42,8 +42,8 @@ class Params:
     #: seconds (one IP alone may be its proxy).
     overload_ips: int = 2
     overload_window: float = 10.0
-    #: A cut under the rate the site answered cleanly followed by 429s at this share of the ones
-    #: before it or more (over the next 8 answers): the 429s do not depend on the rate, cutting stops.
+    #: A cut followed by 429s at this share of the ones before it or more (over the next 8
+    #: answers), the clean rate falling with the rate: the 429s do not depend on it, cutting stops.
     independent_share: float = 0.7
     #: A Retry-After no longer than this many of each IP's spacings is waited out by every IP: with
     #: IPs loaded evenly a per-IP limit refuses the others as soon, a host-wide one refuses them
