@@ -65,6 +65,8 @@ class ThrottlePolicy:
         #: What evicted hosts had found (the rate and the peak), bounded as the gate's host memory.
         self.memory: HostMemory[tuple[float | None, float]] = HostMemory(config.host_memory, config.state_pin_ttl)
         gate.on_host_evicted(self._evicted)
+        # The host's limits are in force before its first request: the first wave is paced too.
+        gate.on_host_created(self._controller)
 
     # -- answers ---------------------------------------------------------------
 

@@ -17,6 +17,8 @@ class HostLimits(CoreTables):
         if h is None:
             h = self._hosts[host] = HostState(*self.host_overrides.get(host, (self.host_concurrency, self.delay)))
             self._on_host_created(host, h, self._clock())
+            for hook in self._create_hooks:
+                hook(host)
         return h
 
     def apply_limits(self, host: str, limits: Limits) -> None:

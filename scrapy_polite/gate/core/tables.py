@@ -83,6 +83,7 @@ class CoreTables:
         self._waiting_count = 0
         self._load_listeners: list[Callable[[str, int], None]] = []
         self._evict_hooks: list[Callable[[str], None]] = []
+        self._create_hooks: list[Callable[[str], object]] = []
         #: ``(host, endpoint key) -> bool``: which endpoints a host's requests may take (its proxy tier).
         self.eligible = o.eligible
         #: A new session identity -> the endpoint its retired predecessor was pinned to (see ``succeed``).
@@ -156,6 +157,10 @@ class CoreTables:
     def on_host_evicted(self, hook: Callable[[str], None]) -> None:
         """Call *hook(host)* when an idle host's live state is dropped."""
         self._evict_hooks.append(hook)
+
+    def on_host_created(self, hook: Callable[[str], object]) -> None:
+        """Call *hook(host)* when a host's live state is made, before its first request is granted."""
+        self._create_hooks.append(hook)
 
     def _load_changed(self, host: str, h: HostState) -> None:
         if self._load_listeners:
