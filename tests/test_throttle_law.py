@@ -199,3 +199,17 @@ def test_a_new_hosts_first_requests_are_spread_not_sent_in_one_burst() -> None:
     times = [lease.granted_at for lease in leases]
     assert len(times) == 8
     assert min(b - a for a, b in zip(times, times[1:])) > 0.05, times
+
+
+@pytest.mark.parametrize("spec", [
+    {"kind": "fixed_window", "limit": 20, "window": 10.0, "scope": "host"},
+    {"kind": "penalty_box", "rate": 4.0, "burst": 1, "penalty": 15.0, "scope": "host"},
+])
+def test_a_host_found_closed_for_every_ip_once_is_closed_for_every_ip_at_its_next_long_retry_after(
+    spec: dict[str, object],
+) -> None:
+    # A long Retry-After binds the refused IP alone until another IP's refusal shows the closure is
+    # the host's: once per crawl, one request goes inside it. After that the host's long
+    # Retry-Afters are the host's from their first refusal.
+    for adaptive in (False, True):
+        assert crawl(spec, 120.0, adaptive=adaptive).inside_retry_after <= 1, adaptive

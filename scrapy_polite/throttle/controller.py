@@ -62,6 +62,7 @@ class HostController:
     window_rate: float = math.inf
     #: When the refusal that made the last cut said the site opens again (-inf: it did not say).
     closed_until: float = -math.inf
+    closes_host: bool = False  # found closed for every IP once (a window's reset, other IPs refused)
     #: The highest rate a host rate in force was refused at.
     refused_at: float = 0.0
     #: (since, rate) of the recent rates in force, oldest first.
@@ -93,9 +94,8 @@ class HostController:
         return why
 
     def held(self) -> float | None:
-        """What the throttle found the host takes (req/s; ``None`` before a cut): a margin under the
-        highest rate a host rate in force was refused at (the first cut, from no host rate, only
-        bounds it), or the rate in force if higher."""
+        """What the throttle found the host takes (req/s; ``None`` before a cut): a margin under the highest
+        rate a host rate in force was refused at (a first cut from none only bounds it), or the rate now."""
         if self.first_cut is None:
             return None
         return max(self.rate or 0.0, self.refused_at * (1 - self.params.margin))
@@ -219,9 +219,11 @@ class HostController:
     def _refused(self, s: Sample) -> str | None:
         ra = s.retry_after
         window = self._window(s, ra) if ra else None
+        closed = window is not None or (ra is not None and self._host_closed(s))
+        self.closes_host = self.closes_host or closed
         if window is not None:
             return window
-        host_wide = ra is not None and (self._host_wide(ra) or self._host_closed(s))
+        host_wide = ra is not None and (self._host_wide(ra) or closed)
         why = self._rate_signal(s, ra, host_wide)
         if ra and host_wide and s.now + ra > self.paused_until:
             self.paused_until = max(self.paused_until, s.now + ra)
@@ -232,10 +234,11 @@ class HostController:
         """Whether every IP waits out a Retry-After. IPs loaded evenly draw the same refusals from a
         per-IP limit as from a host-wide one, so which one spoke is unknown: a Retry-After of a few
         of each IP's spacings is the host's (the others would be refused as soon, and waiting costs
-        each a few turns), a longer one the refused IP's alone. Not when 429s do not depend on the
-        rate (they are about the URL)."""
+        each a few turns), a longer one the refused IP's alone, unless the host was found closed for
+        every IP once: its closures are the host's. Not when 429s do not depend on the rate (they
+        are about the URL)."""
         spacing = self.bounds.ips / (self.rate or self.bounds.band_rate())
-        return self.independent is None and ra <= self.params.scope_spacings * spacing
+        return self.independent is None and (self.closes_host or ra <= self.params.scope_spacings * spacing)
 
     def _host_closed(self, s: Sample) -> bool:
         """A request sent inside the Retry-After of the refusal that made the last cut, at the rate
@@ -310,8 +313,7 @@ class HostController:
         # A rate measured from what the site answered is already under its limit: the cut keeps
         # the margin under it, not a cut's worth on top.
         new = max(b.min_rate(), peak * ((1 - p.margin) if measured and depth == 1 else p.beta**depth))
-        old = self.rate
-        self.peak, self.rate, self.floor_rate = peak, new, new
+        old, self.peak, self.rate, self.floor_rate = self.rate, peak, new, new
         self.first_cut = s.now if self.first_cut is None else self.first_cut
         if at_send is not None:
             self.refused_at = max(self.refused_at, peak)
@@ -322,16 +324,14 @@ class HostController:
         # one: past either the curve probes without a hold.
         self.hold = 0.0 if measured or at_send is None else self._hold(peak, cost)
         self.measured = measured
-        self.grown, self.touched, self.cut_at, self.changed_at = 0.0, s.now, s.now, s.now
+        self.grown, self.touched, self.cut_at, self.changed_at, self.starting = 0.0, s.now, s.now, s.now, False
         self.closed_until = -math.inf if s.retry_after is None else s.now + s.retry_after
-        self.starting = False
         self.latency.cut()
         share = self.level.share(self.params.min_answers)
         if share is None:  # too few answers since the last cut: what was known before it stands
             share = self.level.share_before
         if self.first_cut == s.now or (self.level.refused <= 1 and self.level.answers >= p.min_answers):
-            # The first cut, or one after a level the site answered cleanly but once: where cuts
-            # that may prove unfounded begin.
+            # The first cut, or one after a level answered cleanly but once: where unfounded cuts begin.
             self.chain_from = in_force
         self.level = Level(share_before=share if from_clean else None, before=(accepted or 0.0, in_force))
         before = "unlimited" if old is None else f"{old:.2f}"
