@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 
 from scrapy_polite import signals as polite_signals
+from scrapy_polite.downloader.loop_lag import LoopLag
 from scrapy_polite.downloader.pace import throttle_handlers
 from scrapy_polite.downloader.robots import CrawlDelay, robots_agent
 from scrapy_polite.metrics.throttle_events import evidence_text, throttle_events
@@ -33,11 +34,14 @@ class HostThrottle:
         rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
-        # The middleware tells what each answer said through the pace signals.
-        polite_signals.connect(crawler, throttle_handlers(self.policy))
+        self.loop_lag = LoopLag(_call_later)
+        # The middleware tells what each answer said through the pace signals; a clean answer's
+        # latency is the site's once the crawler's own loop lag is taken off.
+        polite_signals.connect(crawler, {**throttle_handlers(self.policy), polite_signals.pace_ok: self._ok})
         self._stats_hosts: set[str] = set()
         self._stats_top = rt.config.stats_top
         self._resume_calls: list[Any] = []
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         if crawler.settings.getbool("ROBOTSTXT_OBEY"):
             # Kept here: a signal holds its receiver weakly.
@@ -47,6 +51,9 @@ class HostThrottle:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> HostThrottle:
         return cls(crawler)
+
+    def _ok(self, lease: Any, status: int, headers: Any = None, latency: float | None = None, **_: Any) -> None:
+        self.policy.ok(lease, status, headers, self.loop_lag.site_latency(latency))
 
     def _notify(
         self, host: str, old: dict[str, Any], new: dict[str, Any], reason: str, evidence: dict[str, Any] | None = None
@@ -99,8 +106,19 @@ class HostThrottle:
         self._resume_calls = [c for c in self._resume_calls if c.active()]
         self._resume_calls.append(reactor.callLater(max(0.0, until - started), resumed))  # type: ignore[attr-defined,arg-type]
 
+    def _opened(self, spider: Any = None) -> None:
+        self.loop_lag.start()
+
     def _closed(self, spider: Any = None) -> None:
+        self.loop_lag.stop()
         for call in self._resume_calls:
             if call.active():
                 call.cancel()
         self._resume_calls.clear()
+
+
+def _call_later(delay: float, func: Any) -> Any:
+    from twisted.internet import reactor
+
+    clock: Any = reactor  # typed as a module, not as the IReactorTime it provides
+    return clock.callLater(delay, func)
