@@ -158,7 +158,12 @@ class PoliteProxyMiddleware:
         meta["polite_host"] = host
         return await send_through(request, lease, self.playwright)
 
-    def _request_left(self, request: Request, spider: Any = None) -> None:
+    def _request_left(self, request: Request, **_: Any) -> None:
+        """Scrapy's per-request signals: the lease goes back as the attempt leaves the downloader.
+
+        Per-request receivers take the signal's other arguments as ``**_``: pydispatch then passes
+        them on as they are, where for a fixed signature it sorts them out on every call.
+        """
         lease = request.meta.get(LEASE_KEY)
         if lease is not None:
             self.gate.release(lease)

@@ -105,7 +105,9 @@ class PoliteStats:
 
     # -- recording --------------------------------------------------------
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome, **_: Any) -> None:
+        """One attempt (``outcome_recorded``; the signal's other arguments in ``**_``, which pydispatch
+        passes on as they are where it sorts them out on every call for a fixed signature)."""
         ok, limited = outcome.success, outcome.rate_limited
         ban, challenge = outcome.is_ban(self.config.ban_codes), outcome.challenge
         if outcome.revises:
