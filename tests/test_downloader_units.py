@@ -530,3 +530,37 @@ def test_a_download_error_is_judged_by_the_response_policy() -> None:
     assert failed(ResponsePolicy(cfg), TimeoutError()) == (["unanswered"], ["timeout"])
     assert failed(SiteRefuses(cfg), ConnectionRefusedError()) == ([], ["attempt"])
     assert failed(SiteRefuses(cfg), TimeoutError()) == (["endpoint_failed"], ["proxy"])
+
+
+@pytest.mark.parametrize(("extra", "hears"), [
+    ({}, False),  # Scrapy's own middlewares after the package's never send a request back
+    ({"scrapy.downloadermiddlewares.cookies.CookiesMiddleware": None}, False),
+    ({"scrapy.downloadermiddlewares.retry.RetryMiddleware": 600}, False),  # before the package's: its lease comes later
+    ({"scrapy.downloadermiddlewares.retry.RetryMiddleware": 725}, True),  # after it: may send a leased request back
+    ({"tests.own.Rewrite": 800}, True),  # a project's own
+])
+def test_a_dropped_request_frees_its_lease_when_one_can_be_dropped_holding_it(
+    extra: dict[str, Any], hears: bool
+) -> None:
+    """``request_dropped`` is heard when a middleware after the package's may send a leased request back to the
+    scheduler (Splash's does), and then frees the lease; else no duplicate link pays for a receiver."""
+    from scrapy import signals
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_polite.downloader.middleware import PoliteProxyMiddleware
+
+    own = {_Rewrite if k == "tests.own.Rewrite" else k: v for k, v in extra.items()}
+    c = get_crawler(settings_dict={"POLITE_PROXIES": PROXIES, "ADDONS": {"scrapy_polite.Addon": 500},
+                                   "DOWNLOADER_MIDDLEWARES": own})
+    mw = PoliteProxyMiddleware.from_crawler(c)
+    lease = mw.gate.acquire("t.test").result
+    request = Request("http://t.test/item/1", meta={LEASE_KEY: lease})
+    assert bool(c.signals.send_catch_log(signals.request_dropped, request=request)) is hears
+    assert lease.released is hears
+
+
+class _Rewrite:
+    """A project's downloader middleware that answers some requests with another request."""
+
+    def process_request(self, request: Request) -> Request | None:
+        return None

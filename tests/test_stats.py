@@ -721,3 +721,27 @@ def test_endpoint_stats_keys_are_one_segment_per_endpoint() -> None:
     names = [key_name(e.label) for e in endpoints]
     assert names[:2] == ["10.0.0.1:8000", "https:10.0.0.2:8443"]
     assert all("/" not in n and "pw" not in n for n in names) and len(set(names)) == len(names) == 4
+
+
+def test_a_tallied_histogram_reads_as_recording_each_value_would() -> None:
+    """Values counted first, then recorded a distinct value at a time (on reading, or past the tally's
+    size), give the histogram recording each value makes: counts, percentiles, extremes."""
+    import random
+
+    from scrapy_polite.metrics.tables import TALLY_MAX, Tallied, histogram
+
+    rng = random.Random(7)
+    values = [max(1, int(rng.lognormvariate(3, 1.2))) for _ in range(5000)]
+    values += list(range(1, TALLY_MAX + 200))  # past the tally's size: recorded on the way
+    direct, tallied = histogram(), Tallied(histogram())
+    for i, v in enumerate(values):
+        direct.record_value(v)
+        tallied.add(v)
+        if i == 100:
+            assert tallied.hist.get_total_count() == 101  # read halfway: what came so far
+    hist = tallied.hist
+    assert hist.get_total_count() == direct.get_total_count() == len(values)
+    assert (hist.get_min_value(), hist.get_max_value()) == (direct.get_min_value(), direct.get_max_value())
+    for p in (50, 90, 95, 99, 99.9):
+        assert hist.get_value_at_percentile(p) == direct.get_value_at_percentile(p)
+    assert hist.encode() == direct.encode()

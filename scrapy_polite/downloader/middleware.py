@@ -40,7 +40,7 @@ from scrapy_polite.downloader.proxy_meta import (
 )
 from scrapy_polite.downloader.recorder import Recorder
 from scrapy_polite.downloader.response_policy import ResponsePolicy, load_policy
-from scrapy_polite.downloader.transport import holds_lease, restarted, send_through
+from scrapy_polite.downloader.transport import holds_lease, leases_may_return, restarted, send_through
 from scrapy_polite.errors import HostBlocked, NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.state import Lease
 from scrapy_polite.runtime import Runtime, enabled_runtime
@@ -85,10 +85,11 @@ class PoliteProxyMiddleware:
             signals.spider_opened: self._spider_opened,
             signals.spider_closed: self._spider_closed,
             signals.request_left_downloader: self._request_left,
-            # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
-            signals.request_dropped: self._request_left,
             polite_signals.page_marked: self.marked,
         })
+        if leases_may_return(crawler.settings, PoliteProxyMiddleware):
+            # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
+            crawler.signals.connect(self._request_left, signal=signals.request_dropped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:
@@ -157,7 +158,12 @@ class PoliteProxyMiddleware:
         meta["polite_host"] = host
         return await send_through(request, lease, self.playwright)
 
-    def _request_left(self, request: Request, spider: Any = None) -> None:
+    def _request_left(self, request: Request, **_: Any) -> None:
+        """Scrapy's per-request signals: the lease goes back as the attempt leaves the downloader.
+
+        Per-request receivers take the signal's other arguments as ``**_``: pydispatch then passes
+        them on as they are, where for a fixed signature it sorts them out on every call.
+        """
         lease = request.meta.get(LEASE_KEY)
         if lease is not None:
             self.gate.release(lease)

@@ -54,7 +54,8 @@ class Pace:
         return bool(self._tell(polite_signals.pace_challenged, lease=lease, delay=delay))
 
     def ok(self, lease: Lease, status: int, headers: Any, latency: float | None = None) -> None:
-        self._tell(polite_signals.pace_ok, lease=lease, status=status, headers=headers, latency=latency)
+        # Every clean answer, and nothing falls back on it: what the listeners returned is not collected.
+        self.signals.send_catch_log(polite_signals.pace_ok, lease=lease, status=status, headers=headers, latency=latency)
 
     def unanswered(self, host: str, park: bool) -> str | None:
         """What the throttle did to *host* ("" if nothing new); None when no throttle listens."""

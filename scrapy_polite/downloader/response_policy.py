@@ -47,6 +47,10 @@ class Verdict:
             raise ValueError(f"Verdict.kind must be one of {KINDS}, got {self.kind!r}")
 
 
+#: The verdict on every clean answer: one immutable value, not one built per page.
+_CLEAN = Verdict(OK)
+
+
 class ResponsePolicy:
     """The default policy: the configured status codes, proxy errors, and challenge markers."""
 
@@ -76,7 +80,7 @@ class ResponsePolicy:
         if is_ban(status, cfg.ban_codes, proxy_side):
             return Verdict(BAN, str(status))
         if 200 <= status < 400:
-            return Verdict(OK)
+            return _CLEAN
         return Verdict(TARGET_ERROR, str(status), proxy_side)
 
     def classify_exception(self, request: Request, exc: BaseException) -> Verdict:

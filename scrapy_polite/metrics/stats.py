@@ -30,6 +30,7 @@ from scrapy_polite.metrics.tables import (
     MAX_HOSTS,
     Counts,
     HostStats,
+    Tallied,
     Window,
     capped,
     distinct,
@@ -40,6 +41,7 @@ from scrapy_polite.metrics.top import OTHER, admit, key_name
 from scrapy_polite.runtime import Runtime, enabled_runtime
 
 if TYPE_CHECKING:
+    from hdrh.histogram import HdrHistogram
     from scrapy.crawler import Crawler
 
     from scrapy_polite.gate.redis.backend import RedisGate
@@ -62,8 +64,8 @@ class PoliteStats:
         self.stats = crawler.stats
         self.started = time.time()
         self.window = Window(self.config.stats_window)
-        self.latency = histogram()
-        self.wait = histogram()
+        self._latency = Tallied(histogram())
+        self._wait = Tallied(histogram())
         self.hosts: dict[str, HostStats] = {}
         #: Host rows folded into OTHER during the crawl (the table keeps 2 x MAX_HOSTS names at most).
         self._hosts_folded = 0
@@ -105,7 +107,9 @@ class PoliteStats:
 
     # -- recording --------------------------------------------------------
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome, **_: Any) -> None:
+        """One attempt (``outcome_recorded``; the signal's other arguments in ``**_``, which pydispatch
+        passes on as they are where it sorts them out on every call for a fixed signature)."""
         ok, limited = outcome.success, outcome.rate_limited
         ban, challenge = outcome.is_ban(self.config.ban_codes), outcome.challenge
         if outcome.revises:
@@ -174,12 +178,21 @@ class PoliteStats:
             self.exit_ips[capped(self.exit_ips, outcome.exit_ip, MAX_EXIT_IPS)] += 1
         if outcome.latency is not None:
             ms = max(1, to_ms(outcome.latency))
-            self.latency.record_value(ms)
-            if h.latency is not None:
-                h.latency.record_value(ms)
+            self._latency.add(ms)
+            h.add_latency(ms)
         if outcome.endpoint:
-            self.wait.record_value(to_ms(outcome.wait))
+            self._wait.add(to_ms(outcome.wait))
         return h
+
+    @property
+    def latency(self) -> HdrHistogram:
+        """Every answer's latency (ms)."""
+        return self._latency.hist
+
+    @property
+    def wait(self) -> HdrHistogram:
+        """Every leased attempt's wait at the gate (ms)."""
+        return self._wait.hist
 
     def _observe_prometheus(self, outcome: Outcome, endpoint: str | None, h: HostStats) -> None:
         """The attempt in Prometheus: ``POLITE_STATS_TOP`` hosts and endpoints get series of their own."""

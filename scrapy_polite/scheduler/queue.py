@@ -204,10 +204,12 @@ class PolitePriorityQueue(DownloaderAwarePriorityQueue):
         if self._index is not None and host in self.pqueues:
             self._index.set(host, load + compat.active_downloads(self._iface.downloader, host))
 
-    def _reached(self, request: Request, spider: Any = None) -> None:
+    # Per-request receivers take the signal's other arguments as ``**_`` (pydispatch passes them on as
+    # they are, where for a fixed signature it sorts them out on every call).
+    def _reached(self, request: Request, **_: Any) -> None:
         self._refresh(self._downloader_interface.get_slot_key(request))
 
-    def _left(self, request: Request, spider: Any = None) -> None:
+    def _left(self, request: Request, **_: Any) -> None:
         # Sent before the downloader takes the request out of its slot.
         self._refresh(self._downloader_interface.get_slot_key(request), -1)
 
