@@ -564,3 +564,29 @@ class _Rewrite:
 
     def process_request(self, request: Request) -> Request | None:
         return None
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_answer_is_judged_before_its_lease_frees_the_slot() -> None:
+    """Scrapy sends ``request_left_downloader`` before the answer reaches ``process_response``: the
+    lease stays held until the answer is judged, so the pause a 429 leads to binds the next grant;
+    one that nothing judges goes back at the end of the loop's turn."""
+    from scrapy import signals
+    from scrapy.utils.test import get_crawler
+    from twisted.internet import reactor
+    from twisted.internet.task import deferLater
+
+    from scrapy_polite.downloader.middleware import PoliteProxyMiddleware
+
+    c = get_crawler(settings_dict={"POLITE_PROXIES": PROXIES, "ADDONS": {"scrapy_polite.Addon": 500}})
+    mw = PoliteProxyMiddleware.from_crawler(c)
+    judged = Request("http://t.test/item/1", meta={LEASE_KEY: mw.gate.acquire("t.test").result})
+    unjudged = Request("http://t.test/item/2", meta={LEASE_KEY: mw.gate.acquire("t.test").result})
+    for request in (judged, unjudged):
+        c.signals.send_catch_log(signals.request_left_downloader, request=request)
+        assert not request.meta[LEASE_KEY].released
+    mw.process_response(judged, Response(judged.url, status=429, headers={"Retry-After": "5"}, request=judged))
+    assert judged.meta[LEASE_KEY].released  # once judged (its IP cooled for the Retry-After first)
+    assert not unjudged.meta[LEASE_KEY].released
+    await deferLater(reactor, 0.01, lambda: None)
+    assert unjudged.meta[LEASE_KEY].released

@@ -53,6 +53,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def _call_soon(func: Any) -> None:
+    from twisted.internet import reactor
+
+    clock: Any = reactor  # typed as a module, not as the IReactorTime it provides
+    clock.callLater(0, func)
+
+
 def granted(acquiring: Any) -> Lease | None:
     """The lease *acquiring* already fired with (the gate granted at once), without a Future to await."""
     result = getattr(acquiring, "result", None) if acquiring.called else None
@@ -79,6 +86,8 @@ class PoliteProxyMiddleware:
         pace = Pace(crawler.signals)
         blame = Blame(crawler, runtime, self.identities, pace, self.blocked)
         self.attempts = Attempts(self.config, policy, pace, self.stats, blame, self.recorder)
+        #: Attempts that left the downloader this turn of the loop, their answers not judged yet.
+        self._leaving: list[tuple[Request, Lease]] = []
         self.playwright = playwright_support.Contexts(crawler, self.config, self.gate)
         self.gate.listen(GateEvents(crawler, self.config, self.gate, self.maintenance).listeners())
         polite_signals.connect(crawler, {
@@ -89,7 +98,7 @@ class PoliteProxyMiddleware:
         })
         if leases_may_return(crawler.settings, PoliteProxyMiddleware):
             # A Splash request goes back to the scheduler holding its lease: if it is dropped there, free it.
-            crawler.signals.connect(self._request_left, signal=signals.request_dropped)
+            crawler.signals.connect(self._request_dropped, signal=signals.request_dropped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> PoliteProxyMiddleware:
@@ -161,13 +170,33 @@ class PoliteProxyMiddleware:
     def _request_left(self, request: Request, **_: Any) -> None:
         """Scrapy's per-request signals: the lease goes back as the attempt leaves the downloader.
 
+        Scrapy sends ``request_left_downloader`` before the answer reaches ``process_response``,
+        which judges it and gives the lease back then, so that a pause or a cooled IP the answer
+        leads to binds the next grant. Here the lease waits for the end of the loop's turn, and
+        goes back then only if nothing judged it (an answer another middleware turned into a
+        request).
+
         Per-request receivers take the signal's other arguments as ``**_``: pydispatch then passes
         them on as they are, where for a fixed signature it sorts them out on every call.
         """
         lease = request.meta.get(LEASE_KEY)
-        if lease is not None:
-            self.gate.release(lease)
-        self.playwright.finish(request)
+        if lease is None or lease.released:
+            self.playwright.finish(request)
+            return
+        self._leaving.append((request, lease))
+        if len(self._leaving) == 1:
+            _call_soon(self._give_back_unjudged)
+
+    def _request_dropped(self, request: Request, **_: Any) -> None:
+        lease = request.meta.get(LEASE_KEY)
+        if lease is not None and not lease.released:
+            self._give_back(request, lease)
+
+    def _give_back_unjudged(self) -> None:
+        leaving, self._leaving = self._leaving, []
+        for request, lease in leaving:
+            if not lease.released:
+                self._give_back(request, lease)
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Any:
         lease: Lease | None = request.meta.get(LEASE_KEY)
