@@ -179,9 +179,9 @@ class PoliteProxyMiddleware:
         Per-request receivers take the signal's other arguments as ``**_``: pydispatch then passes
         them on as they are, where for a fixed signature it sorts them out on every call.
         """
+        self.playwright.finish(request)  # the browser is done with it: its context frees, its render is timed
         lease = request.meta.get(LEASE_KEY)
         if lease is None or lease.released:
-            self.playwright.finish(request)
             return
         self._leaving.append((request, lease))
         if len(self._leaving) == 1:
