@@ -15,19 +15,19 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-CallLater = Callable[[float, Callable[[], object]], Any]
+from scrapy_polite.timers import CallLater, cancel_timer
 
 
 class LoopLag:
     """The lateness of a repeating timer, the largest over the last ``keep`` ticks."""
 
-    __slots__ = ("_call_later", "_clock", "_due", "_handle", "_recent", "interval")
+    __slots__ = ("_call_later", "_clock", "_due", "_handle", "_lag", "_recent", "interval")
 
     def __init__(self, call_later: CallLater, clock: Callable[[], float] = time.monotonic,
                  interval: float = 0.05, keep: int = 20) -> None:
         self._call_later, self._clock, self.interval = call_later, clock, interval
         self._recent: deque[float] = deque(maxlen=keep)
-        self._due = 0.0
+        self._due = self._lag = 0.0
         self._handle: Any = None
 
     def start(self) -> None:
@@ -37,21 +37,21 @@ class LoopLag:
 
     def stop(self) -> None:
         handle, self._handle = self._handle, None
-        if handle is not None and getattr(handle, "active", lambda: True)():
-            handle.cancel()
+        cancel_timer(handle)
 
     def _tick(self) -> None:
         if self._handle is None:
             return
         now = self._clock()
         self._recent.append(max(0.0, now - self._due))
+        self._lag = max(self._recent)  # read on every answer: found once per tick
         self._due = now + self.interval
         self._handle = self._call_later(self.interval, self._tick)
 
     def lag(self) -> float:
         """Seconds the loop ran late, at most, over the last ticks."""
-        return max(self._recent, default=0.0)
+        return self._lag
 
     def site_latency(self, latency: float | None) -> float | None:
         """*latency* less what the crawler's own loop added to it."""
-        return None if latency is None else max(0.0, latency - self.lag())
+        return None if latency is None else max(0.0, latency - self._lag)

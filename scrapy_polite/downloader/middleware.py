@@ -44,6 +44,7 @@ from scrapy_polite.downloader.transport import holds_lease, leases_may_return, r
 from scrapy_polite.errors import HostBlocked, NoUsableEndpoints, SessionEndpointLost, SpiderClosing
 from scrapy_polite.gate.state import Lease
 from scrapy_polite.runtime import Runtime, enabled_runtime
+from scrapy_polite.timers import call_later
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -51,13 +52,6 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
-
-
-def _call_soon(func: Any) -> None:
-    from twisted.internet import reactor
-
-    clock: Any = reactor  # typed as a module, not as the IReactorTime it provides
-    clock.callLater(0, func)
 
 
 def granted(acquiring: Any) -> Lease | None:
@@ -185,7 +179,7 @@ class PoliteProxyMiddleware:
             return
         self._leaving.append((request, lease))
         if len(self._leaving) == 1:
-            _call_soon(self._give_back_unjudged)
+            call_later(0, self._give_back_unjudged)
 
     def _request_dropped(self, request: Request, **_: Any) -> None:
         lease = request.meta.get(LEASE_KEY)

@@ -20,6 +20,7 @@ from scrapy_polite.downloader.robots import CrawlDelay, robots_agent
 from scrapy_polite.metrics.throttle_events import evidence_text, throttle_events
 from scrapy_polite.runtime import enabled_runtime, get_runtime
 from scrapy_polite.throttle.policy import ThrottlePolicy
+from scrapy_polite.timers import call_later
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -34,7 +35,7 @@ class HostThrottle:
         rt = enabled_runtime(crawler)
         self.crawler = crawler
         self.policy = ThrottlePolicy(rt.config, rt.gate, notify=self._notify)
-        self.loop_lag = LoopLag(_call_later)
+        self.loop_lag = LoopLag(call_later)
         # The middleware tells what each answer said through the pace signals; a clean answer's
         # latency is the site's once the crawler's own loop lag is taken off.
         polite_signals.connect(crawler, {**throttle_handlers(self.policy), polite_signals.pace_ok: self._ok})
@@ -115,10 +116,3 @@ class HostThrottle:
             if call.active():
                 call.cancel()
         self._resume_calls.clear()
-
-
-def _call_later(delay: float, func: Any) -> Any:
-    from twisted.internet import reactor
-
-    clock: Any = reactor  # typed as a module, not as the IReactorTime it provides
-    return clock.callLater(delay, func)

@@ -9,8 +9,9 @@ health) and ``leases`` (grant, release, stall, expiry).
 
 from __future__ import annotations
 
-from scrapy_polite.gate.core.leases import Leases, cancel_timer
-from scrapy_polite.gate.core.tables import CallLater, GateOptions, HostOverrides
+from scrapy_polite.gate.core.leases import Leases
+from scrapy_polite.gate.core.tables import GateOptions, HostOverrides
+from scrapy_polite.timers import CallLater, cancel_timer
 
 __all__ = ["CallLater", "GateCore", "GateOptions", "HostOverrides", "cancel_timer"]
 

@@ -120,10 +120,3 @@ class Leases(Pool):
         self._on_maintain(now)
         return stale
 
-
-def cancel_timer(timer: object) -> None:
-    """Cancel a reactor ``callLater`` or an asyncio timer handle, if it is still pending."""
-    cancel = getattr(timer, "cancel", None)
-    active = getattr(timer, "active", None)
-    if cancel is not None and (active is None or active()):
-        cancel()

@@ -19,7 +19,6 @@ from scrapy_polite.errors import NoUsableEndpoints
 from scrapy_polite.gate.base import GateListeners
 from scrapy_polite.gate.state import EndpointState, HostState, Lease, RemovalGrace, SessionState, Waiter
 
-CallLater = Callable[[float, Callable[[], object]], object]
 #: (concurrency, delay) a host starts at, by host key.
 HostOverrides = dict[str, tuple[int, tuple[float, float]]]
 

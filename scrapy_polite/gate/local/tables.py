@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from scrapy_polite import timers
 from scrapy_polite.gate.core import CallLater, GateCore
 from scrapy_polite.gate.state import SessionLoad
 from scrapy_polite.pool.endpoints import Endpoint
@@ -46,7 +46,7 @@ class LocalTables(GateCore):
         **common: Any,
     ) -> None:
         super().__init__(**common)
-        self._reactor_call_later = call_later or _reactor_call_later
+        self._reactor_call_later = call_later or timers.call_later
         # Endpoints with a free request slot, least recently granted first.
         self._idle: OrderedDict[str, None] = OrderedDict()
         self.session_load = SessionLoad()
@@ -75,17 +75,3 @@ class LocalTables(GateCore):
             self._host_pairs.setdefault(host, set()).add(endpoint_key)
         return pair
 
-
-def _reactor_call_later(delay: float, func: Callable[[], object]) -> object:
-    """*func* after *delay* s: on the running asyncio loop when there is one (Scrapy's asyncio
-    reactor runs on it), else on the Twisted reactor. The gate sets about one timer per grant it
-    spaces, and the loop's own timer costs a third of Twisted's (its delayed call, re-armed on the loop)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        from twisted.internet import reactor
-
-        # The reactor module is typed as a module, not as the IReactorTime it provides.
-        clock: Any = reactor
-        return clock.callLater(delay, func)
-    return loop.call_later(delay, func)
